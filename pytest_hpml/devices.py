@@ -1,0 +1,149 @@
+"""What hardware torch sees, found without creating a CUDA context in the pytest process.
+
+A CUDA context in the parent breaks a later ``fork`` of ranks or DataLoader workers, so GPU
+counting uses ``torch.cuda.device_count()`` (NVML-based, no context) and the details (names,
+memory, compute capability) come from a short-lived subprocess, once per session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import pytest
+
+_PROBE = """
+import json, torch
+gpus = []
+for i in range(torch.cuda.device_count()):
+    p = torch.cuda.get_device_properties(i)
+    gpus.append({"index": i, "name": p.name, "total_memory": p.total_memory,
+                 "capability": [p.major, p.minor]})
+print(json.dumps(gpus))
+"""
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One visible CUDA device."""
+
+    index: int
+    name: str
+    total_memory: int
+    capability: tuple[int, int]
+
+    @property
+    def memory_gb(self) -> float:
+        return self.total_memory / 2**30
+
+    def describe(self) -> str:
+        major, minor = self.capability
+        return f"{self.name} (sm_{major}{minor}, {self.memory_gb:.1f} GiB)"
+
+
+def import_torch() -> Any:
+    """Import torch, or stop the run with a usage error saying how to install it."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise pytest.UsageError(
+            f"pytest-hpml needs torch, which cannot be imported ({exc}); "
+            "install it (pip install torch) or disable the plugin with -p no:hpml"
+        ) from None
+    return torch
+
+
+class Hardware:
+    """Lazily gathered facts about the devices torch can use; one per session."""
+
+    @cached_property
+    def torch(self) -> Any:
+        return import_torch()
+
+    @cached_property
+    def cuda_count(self) -> int:
+        torch = self.torch
+        if not torch.backends.cuda.is_built():
+            return 0
+        return torch.cuda.device_count()
+
+    @cached_property
+    def gpus(self) -> tuple[GpuInfo, ...]:
+        if not self.cuda_count:
+            return ()
+        out = subprocess.run(
+            [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120
+        )
+        if out.returncode:
+            # Torch counted GPUs but cannot open them (driver mismatch, GPU busy in exclusive mode).
+            raise pytest.UsageError(
+                f"torch counts {self.cuda_count} CUDA device(s) but cannot query them: "
+                + (out.stderr.strip().splitlines() or ["no output"])[-1]
+            )
+        return tuple(
+            GpuInfo(g["index"], g["name"], g["total_memory"], tuple(g["capability"]))
+            for g in json.loads(out.stdout)
+        )
+
+    @cached_property
+    def mps(self) -> bool:
+        return bool(self.torch.backends.mps.is_available())
+
+    def visible_devices(self) -> str:
+        value = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return "CUDA_VISIBLE_DEVICES unset" if value is None else f"CUDA_VISIBLE_DEVICES={value!r}"
+
+    def torch_build(self) -> str:
+        cuda = self.torch.version.cuda
+        return f"torch {self.torch.__version__}" + (f" (CUDA {cuda})" if cuda else " (no CUDA)")
+
+    def resolve(self, spec: str) -> str:
+        """Turn ``auto`` into the best device here; other specs pass through unchanged."""
+        if spec != "auto":
+            return spec
+        if self.cuda_count:
+            return "cuda"
+        return "mps" if self.mps else "cpu"
+
+    def unavailable(self, device: str) -> str | None:
+        """Why ``device`` cannot be used here, or None when it can."""
+        kind, _, index = device.partition(":")
+        if kind == "cuda":
+            wanted = int(index or 0) + 1
+            if self.cuda_count < wanted:
+                return (
+                    f"--hpml-device={device} asked for {wanted} CUDA device(s) but "
+                    f"{self.torch_build()} sees {self.cuda_count} ({self.visible_devices()}); "
+                    "run where an NVIDIA GPU and driver are visible, or use --hpml-device=cpu "
+                    "(or auto)"
+                )
+        if kind == "mps" and not self.mps:
+            return (
+                f"--hpml-device={device}: {self.torch_build()} reports MPS unavailable "
+                "(needs Apple silicon and macOS 12.3+); use --hpml-device=cpu (or auto)"
+            )
+        return None
+
+    def describe(self) -> str:
+        """One line: torch build and the devices it sees."""
+        if self.gpus:
+            names = "; ".join(f"cuda:{g.index} {g.describe()}" for g in self.gpus)
+            seen = f"{len(self.gpus)} GPU(s): {names}"
+        else:
+            seen = f"no CUDA GPU ({self.visible_devices()})"
+        if self.mps:
+            seen += ", mps"
+        return f"{self.torch_build()}, {seen}"
+
+
+HARDWARE_KEY = pytest.StashKey[Hardware]()
+
+
+def hardware(config: pytest.Config) -> Hardware:
+    """The session's :class:`Hardware`, created on first use."""
+    return config.stash.setdefault(HARDWARE_KEY, Hardware())

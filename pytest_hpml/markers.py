@@ -1,0 +1,149 @@
+"""Markers of pytest-hpml: their registration, argument checks and evaluation.
+
+Arguments are checked at collection (a wrong one is a collection error naming the test); the
+hardware a marker asks for is looked at only when its test is set up, never at import.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from .options import DEVICE_TYPES, PRECISIONS
+
+MARKERS = {
+    "gpu": "gpu(count=1, memory_gb=None, capability=None): skip unless at least `count` CUDA "
+    "GPUs are visible, each with at least `memory_gb` GiB and compute capability >= "
+    "`capability` (a tuple such as (8, 0)).",
+    "precision": "precision(*names): run only with these of the selected precisions "
+    "(fp32, tf32, fp16, bf16).",
+    "device": "device(*types): run only on these of the selected device types (cpu, cuda, mps).",
+    "slow": "slow: deselected unless --hpml-run-slow (env HPML_RUN_SLOW, ini hpml_run_slow).",
+}
+
+
+class MarkerError(ValueError):
+    """A marker used with arguments it does not take."""
+
+
+def register(config: pytest.Config) -> None:
+    """Make the markers known to ``--strict-markers`` and ``pytest --markers``."""
+    for text in MARKERS.values():
+        config.addinivalue_line("markers", text)
+
+
+@dataclass(frozen=True)
+class GpuRequirement:
+    """What ``@pytest.mark.gpu`` asks of the machine."""
+
+    count: int = 1
+    memory_gb: float | None = None
+    capability: tuple[int, int] | None = None
+
+    def describe(self) -> str:
+        text = f"{self.count} GPU" + ("s" if self.count != 1 else "")
+        if self.memory_gb is not None:
+            text += f" with >= {self.memory_gb:g} GiB"
+        if self.capability is not None:
+            text += f" of compute capability >= {self.capability[0]}.{self.capability[1]}"
+        return text
+
+
+def _gpu(count: int = 1, memory_gb: float | None = None, capability: Any = None) -> None:
+    """The signature ``@pytest.mark.gpu`` is bound against."""
+
+
+def _bind(mark: pytest.Mark, signature_of: Any) -> inspect.BoundArguments:
+    try:
+        bound = inspect.signature(signature_of).bind(*mark.args, **mark.kwargs)
+    except TypeError as exc:
+        raise MarkerError(f"{exc}; {MARKERS[mark.name].split(':')[0]}") from None
+    bound.apply_defaults()
+    return bound
+
+
+def gpu_requirement(mark: pytest.Mark) -> GpuRequirement:
+    """Check the arguments of one ``gpu`` mark."""
+    args = _bind(mark, _gpu).arguments
+    count, memory_gb, capability = args["count"], args["memory_gb"], args["capability"]
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise MarkerError(f"count must be a positive integer, got {count!r}")
+    if memory_gb is not None and (
+        isinstance(memory_gb, bool) or not isinstance(memory_gb, (int, float)) or memory_gb <= 0
+    ):
+        raise MarkerError(f"memory_gb must be a positive number of GiB, got {memory_gb!r}")
+    if capability is not None:
+        capability = _capability(capability)
+    return GpuRequirement(count, memory_gb, capability)
+
+
+def _capability(value: Any) -> tuple[int, int]:
+    if (
+        isinstance(value, (tuple, list))
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+    ):
+        return (value[0], value[1])
+    raise MarkerError(f"capability must be a (major, minor) tuple such as (8, 0), got {value!r}")
+
+
+def _names(mark: pytest.Mark, choices: tuple[str, ...], what: str) -> tuple[str, ...]:
+    if mark.kwargs:
+        raise MarkerError(f"{mark.name}() takes only positional {what} names, got {mark.kwargs}")
+    if not mark.args:
+        raise MarkerError(f"{mark.name}() needs at least one {what}: {', '.join(choices)}")
+    for name in mark.args:
+        if name not in choices:
+            raise MarkerError(f"unknown {what} {name!r}; choose from {', '.join(choices)}")
+    return tuple(mark.args)
+
+
+def allowed(node: pytest.Item | Any, name: str) -> tuple[str, ...] | None:
+    """What ``@pytest.mark.precision``/``device`` allow on ``node`` (closest mark wins), or None."""
+    mark = node.get_closest_marker(name)
+    if mark is None:
+        return None
+    if name == "precision":
+        return _names(mark, PRECISIONS, "precision")
+    return _names(mark, DEVICE_TYPES, "device type")
+
+
+def check(definition: pytest.Function | Any) -> None:
+    """Check every hpml mark on a test, raising a collection error that names it."""
+    for mark in definition.iter_markers():
+        try:
+            if mark.name == "gpu":
+                gpu_requirement(mark)
+            elif mark.name in ("precision", "device"):
+                _names(mark, PRECISIONS if mark.name == "precision" else DEVICE_TYPES, mark.name)
+            elif mark.name == "slow" and (mark.args or mark.kwargs):
+                raise MarkerError("slow takes no arguments")
+        except MarkerError as exc:
+            raise pytest.Collector.CollectError(
+                f"{definition.nodeid}: wrong @pytest.mark.{mark.name}: {exc}"
+            ) from None
+
+
+def gpu_skip_reason(req: GpuRequirement, hardware: Any) -> str | None:
+    """Why the visible GPUs do not meet ``req``, or None when they do.
+
+    Counting is cheap; names, memory and capability are probed only when the mark asks for them.
+    """
+    if hardware.cuda_count < req.count:
+        return f"needs {req.describe()}, found {hardware.cuda_count}"
+    if req.memory_gb is None and req.capability is None:
+        return None
+    gpus = hardware.gpus
+    fit = [
+        g
+        for g in gpus
+        if (req.memory_gb is None or g.memory_gb >= req.memory_gb)
+        and (req.capability is None or g.capability >= req.capability)
+    ]
+    if len(fit) >= req.count:
+        return None
+    found = "; ".join(f"cuda:{g.index} {g.describe()}" for g in gpus)
+    return f"needs {req.describe()}, found {len(fit)} qualifying of {len(gpus)}: {found}"

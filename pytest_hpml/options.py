@@ -1,0 +1,281 @@
+"""Options of pytest-hpml: one table serves the ``--hpml-*`` flags, ``hpml_*`` ini keys and
+``HPML_*`` environment variables.
+
+Each option's help text and parser are written once. The parsers are argparse ``type=``
+callables, so a bad command-line value is a usage error at parse time; the same parsers check
+values from the environment and the ini file in :func:`resolve`. Precedence: command line >
+environment > ini > default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pytest
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+DIST_BACKENDS = ("auto", "gloo", "nccl", "mpi")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+MAX_AUTO_WORKERS = 8
+
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+_BACKEND = re.compile(r"[A-Za-z_][\w.]*")
+
+
+def _items(value: str) -> list[str]:
+    """Split a comma list, dropping duplicates but keeping order."""
+    items = [v.strip() for v in str(value).split(",")]
+    if not any(items) or not all(items):
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {value!r}")
+    return list(dict.fromkeys(items))
+
+
+def _bad(kind: str, value: str, choices: str) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(f"unknown {kind} {value!r}; choose from {choices}")
+
+
+def parse_devices(value: str) -> tuple[str, ...]:
+    """``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or a comma list of them."""
+    items = _items(value)
+    for item in items:
+        if not _DEVICE.fullmatch(item):
+            raise _bad("device", item, "auto, cpu, cuda, cuda:N, mps (comma-separated for several)")
+    return tuple(items)
+
+
+def parse_precisions(value: str) -> tuple[str, ...]:
+    """A comma list from fp32, tf32, fp16, bf16."""
+    items = [v.lower() for v in _items(value)]
+    for item in items:
+        if item not in PRECISIONS:
+            raise _bad("precision", item, ", ".join(PRECISIONS) + " (comma-separated for several)")
+    return tuple(items)
+
+
+def parse_backends(value: str) -> tuple[str, ...]:
+    """Comma list of ``torch.compile`` backends, each optionally ``inductor:MODE``.
+
+    Only the syntax is checked here; whether torch knows the name is checked lazily, once a
+    test asks for the ``backend`` fixture (importing torch._dynamo costs seconds).
+    """
+    items = _items(value)
+    for item in items:
+        name, _, mode = item.partition(":")
+        if not _BACKEND.fullmatch(name):
+            raise argparse.ArgumentTypeError(f"invalid backend name {name!r}")
+        if mode and (name != "inductor" or mode not in COMPILE_MODES):
+            raise argparse.ArgumentTypeError(
+                f"invalid backend {item!r}: only inductor takes a mode, one of "
+                + ", ".join(COMPILE_MODES)
+            )
+    return tuple(items)
+
+
+def parse_dist_backend(value: str) -> str:
+    """One of auto, gloo, nccl, mpi."""
+    value = value.strip().lower()
+    if value not in DIST_BACKENDS:
+        raise _bad("distributed backend", value, ", ".join(DIST_BACKENDS))
+    return value
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (affinity and cgroup-pinned sets, not the machine's total)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def auto_workers() -> int:
+    """A sensible DataLoader worker count: one per usable CPU, capped where returns diminish."""
+    return max(1, min(usable_cpus(), MAX_AUTO_WORKERS))
+
+
+def parse_workers(value: str) -> tuple[int, ...]:
+    """Comma list of worker counts (integers >= 0) or ``auto``."""
+    counts: list[int] = []
+    for item in _items(value):
+        if item == "auto":
+            counts.append(auto_workers())
+        elif item.isdigit():
+            counts.append(int(item))
+        else:
+            raise _bad("worker count", item, "integers >= 0 or auto (comma-separated for several)")
+    return tuple(dict.fromkeys(counts))
+
+
+def parse_seed(value: str) -> int:
+    """An integer in [0, 2**32) so that numpy accepts it too."""
+    try:
+        seed = int(str(value).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seed must be an integer, got {value!r}") from None
+    if not 0 <= seed < 2**32:
+        raise argparse.ArgumentTypeError(f"seed must be in [0, 2**32), got {seed}")
+    return seed
+
+
+def parse_bool(value: str) -> bool:
+    """1/true/yes/on or 0/false/no/off."""
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting, reachable as ``--hpml-NAME``, ini ``hpml_NAME`` and env ``HPML_NAME``."""
+
+    name: str
+    dest: str
+    help: str
+    parse: Callable[[str], Any]
+    default: str
+    metavar: str = ""
+    flag: bool = False
+
+    @property
+    def cli(self) -> str:
+        return f"--hpml-{self.name}"
+
+    @property
+    def ini(self) -> str:
+        return "hpml_" + self.name.replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        return "HPML_" + self.name.replace("-", "_").upper()
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "device",
+        "devices",
+        "device(s) for device-aware tests: auto (cuda if available, else mps, else cpu), "
+        "cpu, cuda, cuda:N, mps, or a comma list to run each test on several",
+        parse_devices,
+        "auto",
+        "DEVICES",
+    ),
+    Option(
+        "precision",
+        "precisions",
+        "precision(s) for the precision fixture, a comma list from fp32, tf32, fp16, bf16",
+        parse_precisions,
+        "fp32",
+        "PRECISIONS",
+    ),
+    Option(
+        "backend",
+        "backends",
+        "torch.compile backend(s) for the backend fixture, a comma list; eager means no "
+        "compilation, inductor:MODE picks a mode (e.g. inductor:max-autotune)",
+        parse_backends,
+        "eager",
+        "BACKENDS",
+    ),
+    Option(
+        "dist-backend",
+        "dist_backend",
+        "torch.distributed backend: auto (nccl on CUDA, else gloo), gloo, nccl, mpi",
+        parse_dist_backend,
+        "auto",
+        "BACKEND",
+    ),
+    Option(
+        "workers",
+        "workers",
+        "DataLoader worker count(s) for the num_workers fixture, a comma list; auto picks one "
+        "per CPU this process may use (at most 8)",
+        parse_workers,
+        "0",
+        "COUNTS",
+    ),
+    Option(
+        "seed",
+        "seed",
+        "seed applied to random, numpy and torch before each test that uses an hpml fixture",
+        parse_seed,
+        "0",
+        "INT",
+    ),
+    Option(
+        "run-slow",
+        "run_slow",
+        "run tests marked @pytest.mark.slow (deselected otherwise)",
+        parse_bool,
+        "false",
+        flag=True,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The resolved values of every option, and where each one came from."""
+
+    devices: tuple[str, ...]
+    precisions: tuple[str, ...]
+    backends: tuple[str, ...]
+    dist_backend: str
+    workers: tuple[int, ...]
+    seed: int
+    run_slow: bool
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+
+SETTINGS_KEY = pytest.StashKey[Settings]()
+
+
+def register(parser: pytest.Parser) -> None:
+    """Add every option to the ``hpml`` group and its ini key, with one help text each."""
+    group = parser.getgroup("hpml", "pytest-hpml: PyTorch training tests and benchmarks")
+    for opt in OPTIONS:
+        suffix = f" [env {opt.env}, ini {opt.ini}; default: {opt.default}]"
+        if opt.flag:
+            group.addoption(opt.cli, action="store_true", default=None, dest=f"hpml_{opt.dest}",
+                            help=opt.help + suffix)
+            parser.addini(opt.ini, opt.help, type="bool", default=None)
+        else:
+            group.addoption(opt.cli, type=opt.parse, default=None, dest=f"hpml_{opt.dest}",
+                            metavar=opt.metavar, help=opt.help + suffix)
+            parser.addini(opt.ini, opt.help, default=None)
+
+
+def _from(opt: Option, source: str, raw: Any) -> Any:
+    """Parse a value read from the environment or the ini file, as a usage error if bad."""
+    if isinstance(raw, bool):
+        return raw
+    try:
+        return opt.parse(raw)
+    except argparse.ArgumentTypeError as exc:
+        raise pytest.UsageError(f"{source}: {exc}") from None
+
+
+def resolve(config: pytest.Config) -> Settings:
+    """Resolve every option: command line > environment > ini > default."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for opt in OPTIONS:
+        cli = config.getoption(f"hpml_{opt.dest}")
+        env = os.environ.get(opt.env, "").strip()
+        ini = config.getini(opt.ini)
+        if cli is not None:
+            values[opt.dest], sources[opt.dest] = cli, opt.cli
+        elif env:
+            values[opt.dest], sources[opt.dest] = _from(opt, f"{opt.env}={env}", env), opt.env
+        elif ini not in (None, ""):
+            where = f"ini {opt.ini} = {ini} ({config.inipath})"
+            values[opt.dest], sources[opt.dest] = _from(opt, where, ini), f"ini {opt.ini}"
+        else:
+            values[opt.dest], sources[opt.dest] = opt.parse(opt.default), "default"
+    return Settings(**values, sources=sources)

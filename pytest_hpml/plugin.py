@@ -1,0 +1,98 @@
+"""pytest-hpml's entry point (``pytest11: hpml``): options and hooks only.
+
+Importing this module must not import torch: the plugin loads into every pytest run of an
+environment where it is installed. Each hook hands its work to the module that owns it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from . import fixtures, header, markers, options
+from .compile import unknown_backends
+from .devices import hardware
+from .fixtures import devices, parametrize, settings, uses_hpml
+
+# Set once the session has printed the hardware line, so it is shown once.
+HARDWARE_SHOWN = pytest.StashKey[bool]()
+HPML_ITEMS = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add the --hpml-* options and hpml_* ini keys."""
+    options.register(parser)
+
+
+@pytest.hookimpl
+def pytest_configure(config: pytest.Config) -> None:
+    """Resolve the options (command line > environment > ini); register markers and fixtures."""
+    markers.register(config)
+    config.pluginmanager.register(fixtures, "hpml-fixtures")
+    config.stash[options.SETTINGS_KEY] = options.resolve(config)
+
+
+@pytest.hookimpl
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Show the selection and seed; the hardware too if torch is loaded already."""
+    lines = [header.settings_line(settings(config))]
+    if header.torch_imported():
+        lines.append(header.hardware_line(config))
+        config.stash[HARDWARE_SHOWN] = True
+    return lines
+
+
+@pytest.hookimpl
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Check the test's hpml markers and parametrize the hpml fixtures it uses."""
+    markers.check(metafunc.definition)
+    parametrize(metafunc)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect slow tests unless asked for; check the hardware and backends hpml tests need."""
+    chosen = settings(config)
+    if not chosen.run_slow and "slow" not in (config.option.markexpr or ""):
+        slow = [item for item in items if item.get_closest_marker("slow")]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    if not any(uses_hpml(item) for item in items):
+        return
+    hw = hardware(config)
+    for device in devices(config):
+        reason = hw.unavailable(device)
+        if reason:
+            raise pytest.UsageError(reason)
+    if any("backend" in getattr(item, "fixturenames", ()) for item in items):
+        unknown, known = unknown_backends(chosen.backends)
+        if unknown:
+            raise pytest.UsageError(
+                f"--hpml-backend: unknown torch.compile backend(s) {', '.join(unknown)}; "
+                f"choose from {', '.join(known)}"
+            )
+    config.stash[HPML_ITEMS] = True  # checked: the hardware line may be shown
+
+
+@pytest.hookimpl
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    """Show the hardware once hpml tests were collected (torch is needed for them anyway)."""
+    if config.stash.get(HPML_ITEMS, False) and not config.stash.get(HARDWARE_SHOWN, False):
+        return [header.hardware_line(config)]
+    return []
+
+
+@pytest.hookimpl
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a @pytest.mark.gpu test unless the GPUs it asks for are visible."""
+    mark = item.get_closest_marker("gpu")
+    if mark is None:
+        return
+    try:
+        requirement = markers.gpu_requirement(mark)
+    except markers.MarkerError as exc:  # a mark added after collection
+        pytest.fail(f"wrong @pytest.mark.gpu: {exc}", pytrace=False)
+    reason = markers.gpu_skip_reason(requirement, hardware(item.config))
+    if reason:
+        pytest.skip(reason)
