@@ -1,0 +1,48 @@
+"""Models and data shared by every regression suite, kept in one place so that suites agree.
+
+Everything here is tiny on purpose: the suites run on a 2-core CPU in CI, fp16 autocast on a
+CPU is slow, and a suite checks behaviour, not speed. Weights and data come from their own
+seeds, so a reference computed in one place equals the one computed in another whatever the
+test did to the global RNG before.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+IMAGE_SHAPE = (3, 16, 16)
+CLASSES = 10
+
+
+class TinyCNN(nn.Module):
+    """Two convolutions, pooling and a linear head: the op kinds autocast treats differently."""
+
+    def __init__(self, channels: int = IMAGE_SHAPE[0], classes: int = CLASSES, width: int = 8):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, width, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv2d(width, 2 * width, kernel_size=3, stride=2, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(2 * width, classes)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        hidden = torch.relu(self.conv1(images))
+        hidden = torch.relu(self.conv2(hidden))
+        return self.fc(self.pool(hidden).flatten(1))
+
+
+def tiny_cnn(seed: int = 0) -> TinyCNN:
+    """A :class:`TinyCNN` on the CPU whose weights depend only on ``seed``."""
+    # fork_rng(devices=[]) leaves the CUDA generators alone: touching them would create a
+    # CUDA context in the pytest process.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return TinyCNN()
+
+
+def image_batch(batch_size: int = 8, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random CPU images of :data:`IMAGE_SHAPE` and integer labels below :data:`CLASSES`."""
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.randn(batch_size, *IMAGE_SHAPE, generator=generator)
+    labels = torch.randint(0, CLASSES, (batch_size,), generator=generator)
+    return images, labels
