@@ -14,7 +14,7 @@ ALWAYS_KNOWN = ("eager", "aot_eager")
 
 @dataclass(frozen=True)
 class CompileBackend:
-    """A backend name as given to ``--hpml-backend``, e.g. ``eager`` or ``inductor:max-autotune``."""
+    """A backend as given to ``--hpml-backend``: ``eager``, ``inductor:max-autotune``, ..."""
 
     spec: str
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import markers
-from .compile import CompileBackend, reset_dynamo
+from .compile import CompileBackend, reset_dynamo, unknown_backends
 from .devices import hardware
 from .options import SETTINGS_KEY, Settings
 from .precision import Precision
@@ -84,7 +84,9 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
         if values:
             params = [pytest.param(v, id=i) for v, i in zip(values, ids)]
         else:
-            params = [pytest.param(None, id=f"no-{name}", marks=pytest.mark.skip(reason=restriction))]
+            params = [
+                pytest.param(None, id=f"no-{name}", marks=pytest.mark.skip(reason=restriction))
+            ]
         metafunc.parametrize(name, params, indirect=True)
 
 
@@ -94,6 +96,23 @@ def uses_hpml(item: pytest.Item) -> bool:
     return any(n in names for n in FIXTURES) or any(
         item.get_closest_marker(m) for m in markers.MARKERS if m != "slow"
     )
+
+
+def check_selection(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Stop with a usage error if a selected device is missing or a backend unknown to torch."""
+    hw = hardware(config)
+    for device in devices(config):
+        reason = hw.unavailable(device)
+        if reason:
+            raise pytest.UsageError(reason)
+    if any("backend" in getattr(item, "fixturenames", ()) for item in items):
+        chosen = settings(config)
+        unknown, known = unknown_backends(chosen.backends)
+        if unknown:
+            raise pytest.UsageError(
+                f"{chosen.sources['backends']}: unknown torch.compile backend(s) "
+                f"{', '.join(unknown)}; choose from {', '.join(known)}"
+            )
 
 
 def seed_everything(seed: int) -> None:

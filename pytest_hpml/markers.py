@@ -127,6 +127,16 @@ def check(definition: pytest.Function | Any) -> None:
             ) from None
 
 
+def deselect_slow(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Drop tests marked slow, unless ``-m`` names the marker (then the user chose them)."""
+    if "slow" in (config.option.markexpr or ""):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
 def gpu_skip_reason(req: GpuRequirement, hardware: Any) -> str | None:
     """Why the visible GPUs do not meet ``req``, or None when they do.
 

@@ -50,7 +50,7 @@ def parse_devices(value: str) -> tuple[str, ...]:
 
 def parse_precisions(value: str) -> tuple[str, ...]:
     """A comma list from fp32, tf32, fp16, bf16."""
-    items = [v.lower() for v in _items(value)]
+    items = list(dict.fromkeys(v.lower() for v in _items(value)))
     for item in items:
         if item not in PRECISIONS:
             raise _bad("precision", item, ", ".join(PRECISIONS) + " (comma-separated for several)")
@@ -103,7 +103,7 @@ def parse_workers(value: str) -> tuple[int, ...]:
     for item in _items(value):
         if item == "auto":
             counts.append(auto_workers())
-        elif item.isdigit():
+        elif item.isdecimal():  # not isdigit(): int() rejects digits such as "²"
             counts.append(int(item))
         else:
             raise _bad("worker count", item, "integers >= 0 or auto (comma-separated for several)")
@@ -242,19 +242,28 @@ def register(parser: pytest.Parser) -> None:
     for opt in OPTIONS:
         suffix = f" [env {opt.env}, ini {opt.ini}; default: {opt.default}]"
         if opt.flag:
-            group.addoption(opt.cli, action="store_true", default=None, dest=f"hpml_{opt.dest}",
-                            help=opt.help + suffix)
-            parser.addini(opt.ini, opt.help, type="bool", default=None)
+            group.addoption(
+                opt.cli,
+                action="store_true",
+                default=None,
+                dest=f"hpml_{opt.dest}",
+                help=opt.help + suffix,
+            )
+            parser.addini(opt.ini, opt.help, default=None)  # parsed by parse_bool, named in errors
         else:
-            group.addoption(opt.cli, type=opt.parse, default=None, dest=f"hpml_{opt.dest}",
-                            metavar=opt.metavar, help=opt.help + suffix)
+            group.addoption(
+                opt.cli,
+                type=opt.parse,
+                default=None,
+                dest=f"hpml_{opt.dest}",
+                metavar=opt.metavar,
+                help=opt.help + suffix,
+            )
             parser.addini(opt.ini, opt.help, default=None)
 
 
 def _from(opt: Option, source: str, raw: Any) -> Any:
     """Parse a value read from the environment or the ini file, as a usage error if bad."""
-    if isinstance(raw, bool):
-        return raw
     try:
         return opt.parse(raw)
     except argparse.ArgumentTypeError as exc:

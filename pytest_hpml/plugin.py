@@ -9,9 +9,8 @@ from __future__ import annotations
 import pytest
 
 from . import fixtures, header, markers, options
-from .compile import unknown_backends
 from .devices import hardware
-from .fixtures import devices, parametrize, settings, uses_hpml
+from .fixtures import check_selection, parametrize, settings, uses_hpml
 
 # Set once the session has printed the hardware line, so it is shown once.
 HARDWARE_SHOWN = pytest.StashKey[bool]()
@@ -52,26 +51,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect slow tests unless asked for; check the hardware and backends hpml tests need."""
-    chosen = settings(config)
-    if not chosen.run_slow and "slow" not in (config.option.markexpr or ""):
-        slow = [item for item in items if item.get_closest_marker("slow")]
-        if slow:
-            config.hook.pytest_deselected(items=slow)
-            items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    if not settings(config).run_slow:
+        markers.deselect_slow(config, items)
     if not any(uses_hpml(item) for item in items):
         return
-    hw = hardware(config)
-    for device in devices(config):
-        reason = hw.unavailable(device)
-        if reason:
-            raise pytest.UsageError(reason)
-    if any("backend" in getattr(item, "fixturenames", ()) for item in items):
-        unknown, known = unknown_backends(chosen.backends)
-        if unknown:
-            raise pytest.UsageError(
-                f"--hpml-backend: unknown torch.compile backend(s) {', '.join(unknown)}; "
-                f"choose from {', '.join(known)}"
-            )
+    check_selection(config, items)
     config.stash[HPML_ITEMS] = True  # checked: the hardware line may be shown
 
 
@@ -83,7 +67,7 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
     return []
 
 
-@pytest.hookimpl
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Skip a @pytest.mark.gpu test unless the GPUs it asks for are visible."""
     mark = item.get_closest_marker("gpu")
@@ -94,5 +78,5 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     except markers.MarkerError as exc:  # a mark added after collection
         pytest.fail(f"wrong @pytest.mark.gpu: {exc}", pytrace=False)
     reason = markers.gpu_skip_reason(requirement, hardware(item.config))
-    if reason:
-        pytest.skip(reason)
+    if reason:  # a skip mark, so that pytest reports the test's location, not this hook's
+        item.add_marker(pytest.mark.skip(reason=reason))

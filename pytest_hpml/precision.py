@@ -1,4 +1,4 @@
-"""The ``precision`` fixture's value: dtype, autocast, tolerances and TF32 flags of one precision."""
+"""The ``precision`` fixture's value: dtype, autocast, tolerances and TF32 flags."""
 
 from __future__ import annotations
 
@@ -151,4 +151,8 @@ def _save_tf32(backends: Any) -> tuple[str, Any, Any]:
     try:
         return "legacy", backends.cuda.matmul.allow_tf32, backends.cudnn.allow_tf32
     except RuntimeError:  # the state was set through fp32_precision
-        return "fp32_precision", backends.cuda.matmul.fp32_precision, backends.cudnn.conv.fp32_precision
+        return (
+            "fp32_precision",
+            backends.cuda.matmul.fp32_precision,
+            backends.cudnn.conv.fp32_precision,
+        )

@@ -14,16 +14,17 @@ TIMEOUT_S = 300
 
 
 @pytest.fixture
-def example(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """A copy of examples/mlp as pytester's directory, on what looks like a CPU-only machine."""
+def example(pytester: pytest.Pytester, no_cuda_env: None) -> pytest.Pytester:
+    """A copy of examples/mlp as pytester's directory, run with every GPU hidden.
+
+    Hidden GPUs and --hpml-device=cpu make the outcomes below the same on every machine.
+    """
     shutil.copytree(
         EXAMPLE,
         pytester.path,
         dirs_exist_ok=True,
         ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache", ".benchmarks"),
     )
-    # Hidden GPUs and --hpml-device=cpu make the outcomes below the same on every machine.
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     return pytester
 
 

@@ -1,0 +1,141 @@
+"""Baseline storage: readable JSON files, merged and written atomically under a lock.
+
+Time metrics live in one file per machine fingerprint (``machine-<name>-<id>.json``);
+machine-independent metrics (FLOPs, parameters, graph breaks, tracked memory) in one file per
+torch major.minor (``portable-torch2.14.json``). Each holds ``entries[test id][metric]``.
+Writes take an exclusive lock, re-read the file, merge, and replace it atomically, so an
+interrupted run never leaves a half-written file and pytest-xdist workers lose no entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .fingerprint import Fingerprint
+
+FORMAT = "pytest-hpml-baselines/1"
+
+
+class BaselineError(Exception):
+    """A baseline file that cannot be used; the message names the file and how to fix it."""
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:60]
+
+
+def machine_path(directory: Path, fp: Fingerprint) -> Path:
+    return directory / f"machine-{slug(fp.label)}-{fp.id}.json"
+
+
+def portable_path(directory: Path, fp: Fingerprint) -> Path:
+    return directory / f"portable-torch{fp.torch_minor}.json"
+
+
+def load(path: Path) -> dict[str, Any]:
+    """Read a baseline file; a missing one is empty, a broken one a :class:`BaselineError`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {"format": FORMAT, "entries": {}}
+    except OSError as exc:
+        raise BaselineError(f"cannot read baseline file {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BaselineError(
+            f"baseline file {path} is not valid JSON ({exc.msg} at line {exc.lineno} column "
+            f"{exc.colno}); fix it, or delete it and re-record with --hpml-baseline=update"
+        ) from None
+    problem = _shape_problem(data)
+    if problem:
+        raise BaselineError(
+            f"baseline file {path} is not a pytest-hpml baseline ({problem}); fix it, or delete "
+            "it and re-record with --hpml-baseline=update"
+        )
+    return data
+
+
+def _shape_problem(data: Any) -> str | None:
+    if not isinstance(data, dict):
+        return "top level is not an object"
+    if data.get("format") != FORMAT:
+        return f"format is {data.get('format')!r}, expected {FORMAT!r}"
+    entries = data.get("entries")
+    if not isinstance(entries, dict):
+        return "'entries' is not an object"
+    for test, metrics in entries.items():
+        if not isinstance(metrics, dict) or not all(isinstance(m, dict) for m in metrics.values()):
+            return f"entry {test!r} is not an object of metric objects"
+    return None
+
+
+def dumps(data: dict[str, Any]) -> str:
+    """Stable, diff-friendly JSON: sorted keys, one metric per block, number lists on one line."""
+    text = json.dumps(data, sort_keys=True, indent=1, ensure_ascii=False)
+    return (
+        re.sub(
+            r"\[\s*((?:-?[\d.eE+-]+,\s*)*-?[\d.eE+-]+)\s*\]",
+            lambda m: "[" + ", ".join(part.strip() for part in m.group(1).split(",")) + "]",
+            text,
+        )
+        + "\n"
+    )
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock for ``path`` across processes (xdist workers), kept outside the repo."""
+    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    lock_path = Path(tempfile.gettempdir()) / f"pytest-hpml-{key}.lock"
+    with open(lock_path, "a+") as handle:
+        try:
+            import fcntl
+        except ImportError:  # Windows: no flock; writes stay atomic but may race
+            yield
+            return
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` in one step: readers see the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def merge(path: Path, updates: dict[str, dict[str, Any]], header: dict[str, Any]) -> int:
+    """Merge ``updates`` (test id -> metric -> record) into ``path``; return the entry count.
+
+    Metrics and tests not in ``updates`` are kept. A broken file is never overwritten.
+    """
+    with locked(path):
+        data = load(path)
+        entries = data["entries"]
+        for test, metrics in updates.items():
+            entries.setdefault(test, {}).update(metrics)
+        data.update(header)
+        data["format"] = FORMAT
+        write_atomic(path, dumps(data))
+        return len(entries)

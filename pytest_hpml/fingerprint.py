@@ -1,0 +1,92 @@
+"""The machine fingerprint that time baselines are keyed by.
+
+It covers what changes timings (CPU model and usable cores, GPU model and count, driver, CUDA,
+torch and Python versions) and hashes to a short id; a human-readable name goes with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .options import usable_cpus
+
+FIELDS = ("cpu", "cores", "gpus", "driver", "cuda", "torch", "python", "system")
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    cpu: str
+    cores: int
+    gpus: tuple[str, ...]
+    driver: str | None
+    cuda: str | None
+    torch: str
+    python: str
+    system: str
+    name: str = ""
+
+    @property
+    def id(self) -> str:
+        """A short hash of the timing-relevant fields (not the name)."""
+        blob = json.dumps({f: getattr(self, f) for f in FIELDS}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    @property
+    def torch_minor(self) -> str:
+        """``2.14`` for torch ``2.14.1+cu130``: the key of machine-independent baselines."""
+        return ".".join(re.split(r"[.+]", self.torch)[:2])
+
+    @property
+    def label(self) -> str:
+        return self.name or default_name(self)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["gpus"] = list(self.gpus)
+        data["id"] = self.id
+        data["name"] = self.label
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Fingerprint:
+        values = {f: data.get(f) for f in FIELDS}
+        values["gpus"] = tuple(values["gpus"] or ())
+        return cls(**values, name=data.get("name", ""))
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name (Linux: /proc/cpuinfo), else what platform reports."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    match = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
+    return (match.group(1).strip() if match else platform.processor()) or platform.machine()
+
+
+def default_name(fp: Fingerprint) -> str:
+    cpu = re.sub(r"\s+(\d+-Core Processor|CPU @.*|Processor)$", "", fp.cpu)
+    gpus = f", {len(fp.gpus)}x {fp.gpus[0]}" if fp.gpus else ""
+    return f"{cpu} ({fp.cores} cores){gpus}, torch {fp.torch}"
+
+
+def current(hardware: Any, name: str = "") -> Fingerprint:
+    """This machine's fingerprint; ``hardware`` is the session's :class:`~.devices.Hardware`."""
+    torch = hardware.torch
+    return Fingerprint(
+        cpu=cpu_model(),
+        cores=usable_cpus(),
+        gpus=tuple(g.name for g in hardware.gpus),
+        driver=hardware.driver,
+        cuda=torch.version.cuda if hardware.gpus else None,
+        torch=torch.__version__,
+        python=".".join(platform.python_version_tuple()[:2]),
+        system=f"{platform.system()}-{platform.machine()}",
+        name=name,
+    )

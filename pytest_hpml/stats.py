@@ -1,0 +1,156 @@
+"""Statistics behind the verdicts: a rank test on raw samples plus a minimum effect size.
+
+Pure Python (no numpy/scipy): the plugin must stay cheap to import and these run on a few
+hundred samples.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+PASS = "pass"
+REGRESSED = "regressed"
+IMPROVED = "improved"
+NO_BASELINE = "no-baseline"
+INCONCLUSIVE = "inconclusive"
+VERDICTS = (PASS, REGRESSED, IMPROVED, NO_BASELINE, INCONCLUSIVE)
+
+MIN_SAMPLES = 5
+ALPHA = 0.01
+
+
+def median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    if not n:
+        raise ValueError("median of no values")
+    mid = n // 2
+    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile, ``q`` in [0, 1]."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("quantile of no values")
+    pos = q * (len(ordered) - 1)
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def mad(values: Sequence[float]) -> float:
+    """Median absolute deviation, scaled to estimate a normal standard deviation."""
+    center = median(values)
+    return 1.4826 * median([abs(v - center) for v in values])
+
+
+def mann_whitney_greater(current: Sequence[float], baseline: Sequence[float]) -> float:
+    """One-sided p-value that ``current`` tends to be larger than ``baseline``.
+
+    Mann-Whitney U with the normal approximation, tie correction and continuity correction;
+    fine from about five samples a side.
+    """
+    n1, n2 = len(current), len(baseline)
+    pooled = sorted([(v, 0) for v in current] + [(v, 1) for v in baseline])
+    ranks = [0.0] * len(pooled)
+    tie_term = 0.0
+    i = 0
+    while i < len(pooled):
+        j = i
+        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
+            j += 1
+        rank = (i + j) / 2 + 1
+        for k in range(i, j + 1):
+            ranks[k] = rank
+        size = j - i + 1
+        tie_term += size**3 - size
+        i = j + 1
+    r1 = sum(rank for rank, (_, side) in zip(ranks, pooled) if side == 0)
+    u1 = r1 - n1 * (n1 + 1) / 2
+    n = n1 + n2
+    variance = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1)))
+    if variance <= 0:
+        return 0.5
+    z = (u1 - n1 * n2 / 2 - 0.5) / math.sqrt(variance)
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The verdict on one metric, with what it rests on."""
+
+    verdict: str
+    baseline: float | None = None
+    current: float | None = None
+    change: float | None = None  # relative: +0.15 means 15% higher than the baseline
+    confidence: float | None = None  # 1 - p of the one-sided test in the direction of change
+    threshold: float | None = None
+    reason: str = ""
+
+
+def compare_samples(
+    current: Sequence[float],
+    baseline: Sequence[float],
+    *,
+    threshold: float,
+    higher_is_worse: bool = True,
+    alpha: float = ALPHA,
+) -> Comparison:
+    """Judge raw samples of a metric against the baseline's.
+
+    A change counts only when the rank test is significant at ``alpha`` *and* the medians differ
+    by more than ``threshold`` (relative): with hundreds of samples any drift is "significant",
+    so the effect size carries the decision and the test guards against chance on few samples.
+    """
+    if not baseline:
+        return Comparison(NO_BASELINE, current=median(current) if current else None)
+    base, cur = median(baseline), median(current)
+    if len(current) < MIN_SAMPLES or len(baseline) < MIN_SAMPLES or base <= 0:
+        return Comparison(
+            INCONCLUSIVE,
+            base,
+            cur,
+            None,
+            None,
+            threshold,
+            f"too few samples ({len(current)} now, {len(baseline)} in the baseline, "
+            f"need {MIN_SAMPLES})",
+        )
+    change = cur / base - 1
+    p_up = mann_whitney_greater(current, baseline)
+    p_down = mann_whitney_greater(baseline, current)
+    worse, p_worse = (change > 0, p_up) if higher_is_worse else (change < 0, p_down)
+    better, p_better = (change < 0, p_down) if higher_is_worse else (change > 0, p_up)
+    if abs(change) > threshold and worse and p_worse < alpha:
+        return Comparison(REGRESSED, base, cur, change, 1 - p_worse, threshold)
+    if abs(change) > threshold and better and p_better < alpha:
+        return Comparison(IMPROVED, base, cur, change, 1 - p_better, threshold)
+    if abs(change) > threshold:
+        return Comparison(
+            INCONCLUSIVE,
+            base,
+            cur,
+            change,
+            1 - min(p_up, p_down),
+            threshold,
+            "change above the threshold but not significant: samples too noisy",
+        )
+    return Comparison(PASS, base, cur, change, 1 - min(p_up, p_down), threshold)
+
+
+def compare_value(
+    current: float, baseline: float | None, *, tolerance: float = 0.0, higher_is_worse: bool = True
+) -> Comparison:
+    """Judge a deterministic metric (FLOPs, parameters, graph breaks): exact or within tolerance."""
+    if baseline is None:
+        return Comparison(NO_BASELINE, current=current)
+    if baseline == current:
+        return Comparison(PASS, baseline, current, 0.0, None, tolerance)
+    change = (current - baseline) / abs(baseline) if baseline else math.inf
+    if abs(change) <= tolerance:
+        return Comparison(PASS, baseline, current, change, None, tolerance)
+    worse = (current > baseline) == higher_is_worse
+    return Comparison(REGRESSED if worse else IMPROVED, baseline, current, change, None, tolerance)

@@ -1,0 +1,224 @@
+"""Shared helpers for pytest-hpml's own tests: an inner project driven through ``pytester``.
+
+In-process runs share this interpreter's torch, so they cost no import. pytester drops every
+module a run imported once it ends, but torch and the parts of it loaded lazily (dynamo,
+distributed, ...) cannot be imported twice in one interpreter: torch is imported here, before
+any snapshot, and the library modules a run loads are put back after it (see ``KeepLibraries``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+# Records what the inner tests saw (one JSON object a line) and, at session end, whether torch
+# was imported (meaningful only for runs in a subprocess, where nothing imported it before).
+INNER_CONFTEST = """
+import json
+import sys
+
+import pytest
+
+
+@pytest.fixture
+def record(request):
+    def write(**values):
+        with (request.config.rootpath / "records.jsonl").open("a") as out:
+            out.write(json.dumps({"test": request.node.name, **values}) + "\\n")
+
+    return write
+
+
+def pytest_sessionfinish(session):
+    with (session.config.rootpath / "torch_imported.txt").open("a") as out:
+        out.write(f"{'torch' in sys.modules}\\n")
+"""
+
+# An inner test using every hpml fixture and recording what each one gave it.
+PROBE = """
+import random
+
+import numpy
+import torch
+
+
+def test_probe(device, precision, backend, num_workers, dist_backend, hpml_seed, record):
+    x = torch.ones(4, 4, device=device)
+    with precision.autocast():
+        matmul_dtype = str((x @ x).dtype)
+    record(
+        device=str(device),
+        is_torch_device=isinstance(device, torch.device),
+        precision=precision.name,
+        dtype=str(precision.dtype),
+        matmul_dtype=matmul_dtype,
+        tolerances=[precision.rtol, precision.atol],
+        backend=str(backend),
+        num_workers=num_workers,
+        dist_backend=dist_backend,
+        seed=hpml_seed,
+        draws=[random.random(), float(numpy.random.rand()), torch.rand(1).item()],
+    )
+"""
+
+# The typical device-and-precision test: ids such as test_step[cpu-bf16].
+STEP = """
+import torch
+
+
+def test_step(device, precision):
+    x = torch.ones(2, 2, device=device)
+    with precision.autocast():
+        assert (x @ x).dtype == precision.dtype
+"""
+
+SOURCES = ("cli", "env", "ini", "toml")
+
+# Every library module an in-process run imported, kept for the rest of the session.
+LIBRARIES: dict[str, ModuleType] = {}
+
+
+class KeepLibraries:
+    """An inner-run plugin remembering the modules loaded from outside the inner project."""
+
+    def __init__(self, project_root: str) -> None:
+        self.project_root = project_root
+
+    def pytest_unconfigure(self) -> None:
+        for name, module in list(sys.modules.items()):
+            if not (getattr(module, "__file__", None) or "").startswith(self.project_root):
+                LIBRARIES.setdefault(name, module)
+
+
+class Project:
+    """The inner pytest project of one test: its files, configuration and runs."""
+
+    def __init__(self, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.pytester = pytester
+        self.monkeypatch = monkeypatch
+        self.path = pytester.path
+        monkeypatch.setenv("COLUMNS", "200")  # skip reasons and help lines are not cut short
+        pytester.makeconftest(INNER_CONFTEST)
+
+    def write_probe(self) -> None:
+        self.pytester.makepyfile(test_probe=PROBE)
+
+    def write_step(self) -> None:
+        self.pytester.makepyfile(test_step=STEP)
+
+    def write_tests(self, source: str) -> None:
+        self.pytester.makepyfile(test_inner=source)
+
+    def configure(self, source: str, **options: str) -> list[str]:
+        """Set hpml options (``dist_backend="gloo"``) from ``source``; return the CLI args."""
+        if source == "cli":
+            return [
+                f"--hpml-{name.replace('_', '-')}" + ("" if name == "run_slow" else f"={value}")
+                for name, value in options.items()
+            ]
+        if source == "env":
+            for name, value in options.items():
+                self.monkeypatch.setenv(f"HPML_{name.upper()}", value)
+        elif source == "ini":
+            self.pytester.makeini(
+                "[pytest]\n" + "".join(f"hpml_{n} = {v}\n" for n, v in options.items())
+            )
+        elif source == "toml":
+            self.pytester.makepyprojecttoml(
+                "[tool.pytest.ini_options]\n"
+                + "".join(f"hpml_{n} = {json.dumps(v)}\n" for n, v in options.items())
+            )
+        else:
+            raise ValueError(f"unknown option source {source!r}")
+        return []
+
+    def run(self, *args: str) -> pytest.RunResult:
+        """Run pytest in this process (torch stays imported, so it is cheap)."""
+        # pytest_hpml is imported already, so pytest cannot rewrite its asserts: expected here.
+        result = self.pytester.runpytest(
+            "-p",
+            "no:cacheprovider",
+            "-W",
+            "ignore::pytest.PytestAssertRewriteWarning",
+            *args,
+            plugins=[KeepLibraries(str(self.path))],
+        )
+        sys.modules.update(LIBRARIES)
+        return result
+
+    def run_subprocess(self, *args: str) -> pytest.RunResult:
+        """Run pytest in a fresh interpreter: for CUDA and for what gets imported."""
+        return self.pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=120)
+
+    def records(self) -> list[dict[str, Any]]:
+        """What the inner tests passed to ``record``, in the order they ran."""
+        path = self.path / "records.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def torch_imported(self) -> list[bool]:
+        """For each finished run, whether torch was in ``sys.modules`` at its end."""
+        return [line == "True" for line in (self.path / "torch_imported.txt").read_text().split()]
+
+    @staticmethod
+    def settings(result: pytest.RunResult) -> dict[str, str]:
+        """The header's ``hpml: device=... seed=...`` line as a dict."""
+        lines = [line for line in result.outlines if line.startswith("hpml: device=")]
+        assert len(lines) == 1, result.outlines
+        return dict(item.split("=", 1) for item in lines[0].removeprefix("hpml: ").split())
+
+    @staticmethod
+    def hardware_lines(result: pytest.RunResult) -> list[str]:
+        return [line for line in result.outlines if line.startswith("hpml: torch ")]
+
+    @staticmethod
+    def error_lines(result: pytest.RunResult) -> list[str]:
+        return [line for line in result.errlines if line.startswith("ERROR:")]
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Project:
+    """An inner project with the recording conftest, no HPML_* variables set."""
+    return Project(pytester, monkeypatch)
+
+
+@pytest.fixture(params=SOURCES)
+def source(request: pytest.FixtureRequest) -> str:
+    """Each place an option can be set: command line, environment, ini file, pyproject.toml."""
+    return request.param
+
+
+@pytest.fixture
+def cpu_machine() -> None:
+    """Skip tests that state what happens on a machine without a CUDA GPU, like this one."""
+    if torch.cuda.device_count():
+        pytest.skip("asserts the behaviour of a machine without a CUDA GPU")
+
+
+@pytest.fixture(autouse=True)
+def _keep_libraries() -> Iterator[None]:
+    """Put back the library modules that pytester dropped when the test's fixtures ended."""
+    yield
+    sys.modules.update(LIBRARIES)
+
+
+@pytest.fixture
+def tf32_flags() -> Iterator[None]:
+    """Put torch's TF32 flags back after a test that changes them in this process."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = (matmul.allow_tf32, cudnn.allow_tf32)
+    yield
+    matmul.allow_tf32, cudnn.allow_tf32 = saved
+
+
+@pytest.fixture
+def no_cuda_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hide every GPU from subprocess runs, so their outcome is the same on any machine."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")

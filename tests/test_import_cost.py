@@ -1,0 +1,49 @@
+"""Import cost: the plugin loads into every pytest run, so it must not import torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from tests.conftest import Project
+
+HEAVY = ("torch", "torchvision", "nni", "numpy")
+
+
+def imported_modules(statement: str) -> list[str]:
+    """Every module a fresh interpreter imports to run ``statement`` (``-X importtime``)."""
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", statement],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [
+        line.rpartition("|")[2].strip()
+        for line in out.stderr.splitlines()
+        if line.startswith("import time:")
+    ]
+
+
+def test_importing_the_plugin_imports_no_heavy_library() -> None:
+    modules = imported_modules("import pytest_hpml.plugin")
+    assert "pytest_hpml.plugin" in modules
+    assert [m for m in modules if m.partition(".")[0] in HEAVY] == []
+
+
+@pytest.mark.parametrize(
+    "tests",
+    [
+        "def test_plain():\n    pass\n",
+        "import pytest\n\n\n@pytest.mark.slow\ndef test_slow():\n    pass\n",
+    ],
+    ids=["plain", "slow-marked"],
+)
+def test_run_of_a_project_without_torch_never_imports_it(project: Project, tests: str) -> None:
+    project.write_tests(tests)
+    project.run_subprocess("--hpml-run-slow").assert_outcomes(passed=1)
+    assert project.torch_imported() == [False]

@@ -1,0 +1,205 @@
+"""Markers: gpu, precision, device and slow, each met and unmet."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_hpml.devices import GpuInfo
+from pytest_hpml.markers import GpuRequirement, gpu_requirement, gpu_skip_reason
+
+if TYPE_CHECKING:
+    from tests.conftest import Project
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What gpu_skip_reason reads of the hardware, as plain data."""
+
+    cuda_count: int
+    gpus: tuple[GpuInfo, ...]
+
+
+A100 = GpuInfo(0, "A100", 80 * 2**30, (8, 0))
+T4 = GpuInfo(1, "T4", 16 * 2**30, (7, 5))
+TWO_GPUS = Machine(2, (A100, T4))
+BOTH = "cuda:0 A100 (sm_80, 80.0 GiB); cuda:1 T4 (sm_75, 16.0 GiB)"
+
+
+def test_gpu_marks_are_skipped_on_a_machine_without_gpus(
+    project: Project, cpu_machine: None
+) -> None:
+    project.write_tests(
+        """
+        import pytest
+
+
+        @pytest.mark.gpu(count=4)
+        def test_four():
+            pass
+
+
+        @pytest.mark.gpu()
+        def test_one():
+            pass
+        """
+    )
+    result = project.run("-v")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(
+        [
+            "test_inner.py::test_four SKIPPED (needs 4 GPUs, found 0)*",
+            "test_inner.py::test_one SKIPPED (needs 1 GPU, found 0)*",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("requirement", "reason"),
+    [
+        (GpuRequirement(), None),
+        (GpuRequirement(count=2), None),
+        (GpuRequirement(count=3), "needs 3 GPUs, found 2"),
+        (GpuRequirement(memory_gb=40), None),
+        (
+            GpuRequirement(count=2, memory_gb=40),
+            f"needs 2 GPUs with >= 40 GiB, found 1 qualifying of 2: {BOTH}",
+        ),
+        (GpuRequirement(capability=(8, 0)), None),
+        (
+            GpuRequirement(capability=(9, 0)),
+            f"needs 1 GPU of compute capability >= 9.0, found 0 qualifying of 2: {BOTH}",
+        ),
+        (GpuRequirement(count=2, memory_gb=16, capability=(7, 5)), None),
+    ],
+    ids=[
+        "one",
+        "two",
+        "three-unmet",
+        "memory",
+        "memory-unmet",
+        "capability",
+        "capability-unmet",
+        "all-met",
+    ],
+)
+def test_gpu_skip_reason(requirement: GpuRequirement, reason: str | None) -> None:
+    assert gpu_skip_reason(requirement, TWO_GPUS) == reason
+
+
+def test_gpu_skip_reason_looks_at_gpu_details_only_when_asked() -> None:
+    counted_only = SimpleNamespace(cuda_count=2)  # no gpus attribute to read
+    assert gpu_skip_reason(GpuRequirement(count=2), counted_only) is None
+
+
+def test_gpu_requirement_reads_the_mark_arguments() -> None:
+    mark = pytest.mark.gpu(2, memory_gb=40, capability=[8, 6]).mark
+    assert gpu_requirement(mark) == GpuRequirement(2, 40, (8, 6))
+
+
+PRECISION_MARKED = """
+import pytest
+
+
+@pytest.mark.precision("fp16", "bf16")
+def test_low(precision):
+    assert precision.name in ("fp16", "bf16")
+"""
+
+
+def test_precision_mark_keeps_only_its_precisions(project: Project) -> None:
+    project.write_tests(PRECISION_MARKED)
+    result = project.run("--hpml-precision=fp32,bf16,fp16", "-v")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        ["test_inner.py::test_low[[]bf16[]] PASSED*", "test_inner.py::test_low[[]fp16[]] PASSED*"]
+    )
+
+
+def test_precision_mark_skips_with_a_reason_when_none_is_selected(project: Project) -> None:
+    project.write_tests(PRECISION_MARKED)
+    result = project.run("-v")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "test_inner.py::test_low[[]no-precision[]] SKIPPED "
+            "(runs only with fp16, bf16; selected: fp32 (--hpml-precision))*"
+        ]
+    )
+
+
+def test_device_mark_skips_cuda_tests_on_cpu_and_runs_cpu_ones(project: Project) -> None:
+    project.write_tests(
+        """
+        import pytest
+
+
+        @pytest.mark.device("cuda")
+        def test_cuda(device):
+            pass
+
+
+        @pytest.mark.device("cpu", "mps")
+        def test_cpu(device):
+            assert device.type == "cpu"
+        """
+    )
+    result = project.run("--hpml-device=cpu", "-v")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "test_inner.py::test_cuda[[]no-device[]] SKIPPED "
+            "(runs only with cuda; selected: cpu (--hpml-device))*",
+            "test_inner.py::test_cpu[[]cpu[]] PASSED*",
+        ]
+    )
+
+
+SLOW_AND_FAST = """
+import pytest
+
+
+@pytest.mark.slow
+def test_slow():
+    pass
+
+
+def test_fast():
+    pass
+"""
+
+
+def test_slow_tests_are_deselected_by_default(project: Project) -> None:
+    project.write_tests(SLOW_AND_FAST)
+    result = project.run("-v")
+    result.assert_outcomes(passed=1, deselected=1)
+    result.stdout.fnmatch_lines(["test_inner.py::test_fast PASSED*"])
+
+
+def test_slow_tests_are_kept_when_marker_expression_asks_for_them(project: Project) -> None:
+    project.write_tests(SLOW_AND_FAST)
+    result = project.run("-m", "slow", "-v")
+    result.assert_outcomes(passed=1, deselected=1)
+    result.stdout.fnmatch_lines(["test_inner.py::test_slow PASSED*"])
+
+
+def test_hpml_markers_pass_strict_markers(project: Project) -> None:
+    project.write_tests(
+        """
+        import pytest
+
+
+        @pytest.mark.gpu(count=1)
+        @pytest.mark.precision("fp32")
+        @pytest.mark.device("cpu")
+        @pytest.mark.slow
+        def test_marked():
+            pass
+        """
+    )
+    result = project.run("--strict-markers", "--hpml-run-slow", "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["test_inner.py::test_marked"])

@@ -1,0 +1,143 @@
+"""Options: each one read from the command line, HPML_* variables and ini keys, in that order."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from tests.conftest import Project
+
+# option: (value as given, value as the settings line shows it once parsed)
+EVERY_OPTION = {
+    "device": ("cpu,cuda:1", "cpu,cuda:1"),
+    "precision": ("BF16,fp16,bf16", "bf16,fp16"),
+    "backend": ("aot_eager,inductor:max-autotune", "aot_eager,inductor:max-autotune"),
+    "dist_backend": ("GLOO", "gloo"),
+    "workers": ("0,2,2", "0,2"),
+    "seed": ("1234", "1234"),
+}
+
+# option: (command line, environment, ini, default) values, all different
+LAYERS = {
+    "device": ("cpu", "mps", "cuda", "auto"),
+    "precision": ("bf16", "fp16", "tf32", "fp32"),
+    "backend": ("aot_eager", "inductor", "cudagraphs", "eager"),
+    "dist_backend": ("gloo", "nccl", "mpi", "auto"),
+    "workers": ("1", "2", "3", "0"),
+    "seed": ("7", "8", "9", "0"),
+}
+LEVELS = ("cli", "env", "ini", "default")
+
+SLOW_TEST = """
+import pytest
+
+
+@pytest.mark.slow
+def test_slow():
+    pass
+"""
+
+
+def test_every_option_is_read_from_each_source(project: Project, source: str) -> None:
+    args = project.configure(source, **{name: given for name, (given, _) in EVERY_OPTION.items()})
+    result = project.run(*args)
+    expected = {name.replace("_", "-"): shown for name, (_, shown) in EVERY_OPTION.items()}
+    assert project.settings(result) == expected
+
+
+@pytest.mark.parametrize("option", LAYERS)
+@pytest.mark.parametrize("winner", LEVELS)
+def test_command_line_beats_environment_beats_ini_beats_default(
+    project: Project, option: str, winner: str
+) -> None:
+    values = dict(zip(LEVELS, LAYERS[option]))
+    args: list[str] = []
+    for level in LEVELS[LEVELS.index(winner) : -1]:  # the winner and every level below it
+        args += project.configure(level, **{option: values[level]})
+    shown = project.settings(project.run(*args))[option.replace("_", "-")]
+    assert shown == values[winner]
+
+
+def test_empty_environment_variable_is_ignored(project: Project) -> None:
+    project.configure("env", precision="")
+    project.configure("ini", precision="bf16")
+    assert project.settings(project.run())["precision"] == "bf16"
+
+
+def test_run_slow_is_read_from_each_source(project: Project, source: str) -> None:
+    project.write_tests(SLOW_TEST)
+    result = project.run(*project.configure(source, run_slow="true"))
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    ("layers", "runs"),
+    [
+        ({"env": "0", "ini": "true"}, False),
+        ({"env": "yes", "ini": "false"}, True),
+        ({"cli": "true", "env": "off"}, True),
+    ],
+    ids=["env-0-beats-ini", "env-yes-beats-ini", "cli-beats-env-off"],
+)
+def test_run_slow_precedence(project: Project, layers: dict[str, str], runs: bool) -> None:
+    project.write_tests(SLOW_TEST)
+    args: list[str] = []
+    for source, value in layers.items():
+        args += project.configure(source, run_slow=value)
+    result = project.run(*args)
+    result.assert_outcomes(passed=1 if runs else 0, deselected=0 if runs else 1)
+
+
+def test_help_shows_the_hpml_group_with_every_option(project: Project) -> None:
+    result = project.run("--help")
+    result.stdout.fnmatch_lines(
+        [
+            "pytest-hpml: PyTorch training tests and benchmarks:",
+            "  --hpml-device=DEVICES*",
+            "  --hpml-precision=PRECISIONS*",
+            "  --hpml-backend=BACKENDS*",
+            "  --hpml-dist-backend=BACKEND*",
+            "  --hpml-workers=COUNTS*",
+            "  --hpml-seed=INT*",
+            "  --hpml-run-slow*",
+        ]
+    )
+    text = " ".join(result.stdout.str().split())  # the help is wrapped to the terminal width
+    for option, default in [
+        ("device", "auto"),
+        ("precision", "fp32"),
+        ("backend", "eager"),
+        ("dist_backend", "auto"),
+        ("workers", "0"),
+        ("seed", "0"),
+        ("run_slow", "false"),
+    ]:
+        assert f"[env HPML_{option.upper()}, ini hpml_{option}; default: {default}]" in text
+
+
+def test_help_lists_the_ini_keys(project: Project) -> None:
+    result = project.run("--help")
+    result.stdout.fnmatch_lines(
+        [
+            "  hpml_device (string):*",
+            "  hpml_precision (string):*",
+            "  hpml_backend (string):*",
+            "  hpml_dist_backend (string):*",
+            "  hpml_workers (string):*",
+            "  hpml_seed (string):*",
+            "  hpml_run_slow (string):*",
+        ]
+    )
+
+
+def test_markers_lists_every_hpml_marker_with_its_signature(project: Project) -> None:
+    result = project.run("--markers")
+    for line in [
+        "@pytest.mark.gpu(count=1, memory_gb=None, capability=None): skip unless *",
+        "@pytest.mark.precision(*names): run only with these of the selected precisions *",
+        "@pytest.mark.device(*types): run only on these of the selected device types *",
+        "@pytest.mark.slow: deselected unless --hpml-run-slow *",
+    ]:
+        result.stdout.fnmatch_lines([line])
