@@ -7,9 +7,7 @@ memory, compute capability) come from a short-lived subprocess, once per session
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from functools import cached_property
@@ -76,6 +74,9 @@ class Hardware:
     def gpus(self) -> tuple[GpuInfo, ...]:
         if not self.cuda_count:
             return ()
+        import json
+        import subprocess
+
         out = subprocess.run(
             [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120
         )

@@ -93,9 +93,9 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
 def uses_hpml(item: pytest.Item) -> bool:
     """Whether a collected test asks for an hpml fixture or marker."""
     names = getattr(item, "fixturenames", ())
-    return any(n in names for n in FIXTURES) or any(
-        item.get_closest_marker(m) for m in markers.MARKERS if m != "slow"
-    )
+    if any(n in names for n in FIXTURES):
+        return True
+    return any(mark.name in markers.HARDWARE_MARKERS for mark in item.iter_markers())
 
 
 def check_selection(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -25,6 +25,10 @@ MARKERS = {
 }
 
 
+# The markers that make a test need torch and the hardware checks (slow does not).
+HARDWARE_MARKERS = frozenset(MARKERS) - {"slow"}
+
+
 class MarkerError(ValueError):
     """A marker used with arguments it does not take."""
 
