@@ -17,7 +17,7 @@ import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .fingerprint import Fingerprint
 
@@ -52,7 +52,7 @@ def load(path: Path) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BaselineError(
-            f"baseline file {path} is not valid JSON ({exc.msg} at line {exc.lineno} column "
+            f"baseline file {path} is not valid JSON ({exc.msg}: line {exc.lineno} column "
             f"{exc.colno}); fix it, or delete it and re-record with --hpml-baseline=update"
         ) from None
     problem = _shape_problem(data)
@@ -114,6 +114,7 @@ def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a baseline is an ordinary file
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
@@ -125,16 +126,33 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def merge(path: Path, updates: dict[str, dict[str, Any]], header: dict[str, Any]) -> int:
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def merge(
+    path: Path,
+    updates: dict[str, dict[str, Any]],
+    header: dict[str, Any],
+    combine: Callable[[dict[str, Any] | None, dict[str, Any]], dict[str, Any]] | None = None,
+) -> int:
     """Merge ``updates`` (test id -> metric -> record) into ``path``; return the entry count.
 
-    Metrics and tests not in ``updates`` are kept. A broken file is never overwritten.
+    Metrics and tests not in ``updates`` are kept; ``combine(old, new)`` decides what a metric
+    that is already there becomes (default: the new record). A broken file is never overwritten.
     """
     with locked(path):
         data = load(path)
+        for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a killed writer
+            with contextlib.suppress(OSError):
+                stale.unlink()
         entries = data["entries"]
         for test, metrics in updates.items():
-            entries.setdefault(test, {}).update(metrics)
+            stored = entries.setdefault(test, {})
+            for name, record in metrics.items():
+                stored[name] = combine(stored.get(name), record) if combine else record
         data.update(header)
         data["format"] = FORMAT
         write_atomic(path, dumps(data))

@@ -17,12 +17,19 @@ import pytest
 
 _PROBE = """
 import json, torch
+try:
+    import pynvml
+    pynvml.nvmlInit()
+    driver = pynvml.nvmlSystemGetDriverVersion()
+    driver = driver.decode() if isinstance(driver, bytes) else driver
+except Exception:
+    driver = None
 gpus = []
 for i in range(torch.cuda.device_count()):
     p = torch.cuda.get_device_properties(i)
     gpus.append({"index": i, "name": p.name, "total_memory": p.total_memory,
                  "capability": [p.major, p.minor]})
-print(json.dumps(gpus))
+print(json.dumps({"gpus": gpus, "driver": driver}))
 """
 
 
@@ -72,8 +79,20 @@ class Hardware:
 
     @cached_property
     def gpus(self) -> tuple[GpuInfo, ...]:
+        return tuple(
+            GpuInfo(g["index"], g["name"], g["total_memory"], tuple(g["capability"]))
+            for g in self._probe.get("gpus", ())
+        )
+
+    @property
+    def driver(self) -> str | None:
+        """The NVIDIA driver version (None without GPUs or NVML)."""
+        return self._probe.get("driver")
+
+    @cached_property
+    def _probe(self) -> dict[str, Any]:
         if not self.cuda_count:
-            return ()
+            return {}
         import json
         import subprocess
 
@@ -86,10 +105,7 @@ class Hardware:
                 f"torch counts {self.cuda_count} CUDA device(s) but cannot query them: "
                 + (out.stderr.strip().splitlines() or ["no output"])[-1]
             )
-        return tuple(
-            GpuInfo(g["index"], g["name"], g["total_memory"], tuple(g["capability"]))
-            for g in json.loads(out.stdout)
-        )
+        return json.loads(out.stdout.strip().splitlines()[-1])
 
     @cached_property
     def mps(self) -> bool:

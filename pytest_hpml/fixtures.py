@@ -190,6 +190,38 @@ def dist_backend(request: pytest.FixtureRequest, hpml_seed: int) -> str:
     return "nccl" if _current_device(request).type == "cuda" else "gloo"
 
 
+BENCHMARK_KEY = pytest.StashKey[Any]()
+
+
+@pytest.fixture
+def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Any:
+    """pytest-benchmark's ``benchmark``, measured by pytest-hpml and judged against baselines.
+
+    See :class:`~pytest_hpml.benchmarking.HpmlBenchmark`. Rounds end with the test's device
+    synchronized; with torch loaded, each round is preceded by the reference workload.
+    """
+    import sys
+
+    from .benchmarking import HpmlBenchmark, Plan, Reference, synchronizer
+
+    chosen = settings(request.config)
+    device = request.getfixturevalue("device") if "device" in request.fixturenames else None
+    sync = synchronizer(device)
+    _, batch_size = markers.bench_settings(request.node.get_closest_marker("hpml_bench"))
+    plan = Plan(
+        budget=chosen.bench_time,
+        min_rounds=benchmark._min_rounds,
+        disable_gc=benchmark._disable_gc,
+        timer=benchmark._timer,
+        sync=sync,
+        # A pure-Python benchmark need not pay for importing torch.
+        reference=Reference(device, sync) if "torch" in sys.modules else None,
+    )
+    value = HpmlBenchmark.adopt(benchmark, plan, batch_size)
+    request.node.stash[BENCHMARK_KEY] = value
+    return value
+
+
 @pytest.fixture
 def num_workers(request: pytest.FixtureRequest, hpml_seed: int) -> int:
     """A DataLoader worker count from ``--hpml-workers``."""

@@ -22,11 +22,14 @@ MARKERS = {
     "(fp32, tf32, fp16, bf16).",
     "device": "device(*types): run only on these of the selected device types (cpu, cuda, mps).",
     "slow": "slow: deselected unless --hpml-run-slow (env HPML_RUN_SLOW, ini hpml_run_slow).",
+    "hpml_bench": "hpml_bench(threshold=None, batch_size=None): judge this benchmark's time "
+    "metrics with this minimum relative change (default --hpml-threshold); batch_size adds "
+    "throughput (samples/s).",
 }
 
 
 # The markers that make a test need torch and the hardware checks (slow does not).
-HARDWARE_MARKERS = frozenset(MARKERS) - {"slow"}
+HARDWARE_MARKERS = frozenset(MARKERS) - {"slow", "hpml_bench"}
 
 
 class MarkerError(ValueError):
@@ -67,6 +70,27 @@ def _bind(mark: pytest.Mark, signature_of: Any) -> inspect.BoundArguments:
         raise MarkerError(f"{exc}; {MARKERS[mark.name].split(':')[0]}") from None
     bound.apply_defaults()
     return bound
+
+
+def _hpml_bench(threshold: float | None = None, batch_size: int | None = None) -> None:
+    """The signature ``@pytest.mark.hpml_bench`` is bound against."""
+
+
+def bench_settings(mark: pytest.Mark | None) -> tuple[float | None, int | None]:
+    """Check ``hpml_bench`` arguments: (threshold, batch_size), either None when not given."""
+    if mark is None:
+        return None, None
+    args = _bind(mark, _hpml_bench).arguments
+    threshold, batch_size = args["threshold"], args["batch_size"]
+    if threshold is not None and (
+        isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or threshold <= 0
+    ):
+        raise MarkerError(f"threshold must be a positive fraction such as 0.05, got {threshold!r}")
+    if batch_size is not None and (
+        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+    ):
+        raise MarkerError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return threshold, batch_size
 
 
 def gpu_requirement(mark: pytest.Mark) -> GpuRequirement:
@@ -121,6 +145,8 @@ def check(definition: pytest.Function | Any) -> None:
         try:
             if mark.name == "gpu":
                 gpu_requirement(mark)
+            elif mark.name == "hpml_bench":
+                bench_settings(mark)
             elif mark.name in ("precision", "device"):
                 _names(mark, PRECISIONS if mark.name == "precision" else DEVICE_TYPES, mark.name)
             elif mark.name == "slow" and (mark.args or mark.kwargs):

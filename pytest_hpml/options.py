@@ -22,6 +22,7 @@ DEVICE_TYPES = ("cpu", "cuda", "mps")
 DIST_BACKENDS = ("auto", "gloo", "nccl", "mpi")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 MAX_AUTO_WORKERS = 8
+BASELINE_MODES = ("compare", "update", "append", "off")
 
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 _BACKEND = re.compile(r"[A-Za-z_][\w.]*")
@@ -121,6 +122,43 @@ def parse_seed(value: str) -> int:
     return seed
 
 
+def parse_baseline_mode(value: str) -> str:
+    """compare, update or off."""
+    value = value.strip().lower()
+    if value not in BASELINE_MODES:
+        raise _bad("baseline mode", value, ", ".join(BASELINE_MODES))
+    return value
+
+
+def parse_fraction(value: str) -> float:
+    """A relative change such as 0.1 or 10%."""
+    text = str(value).strip()
+    try:
+        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a fraction such as 0.1 or 10%, got {value!r}"
+        ) from None
+    if not 0 < number < 10:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 10), got {value!r}")
+    return number
+
+
+def parse_seconds(value: str) -> float:
+    """A positive number of seconds."""
+    try:
+        seconds = float(str(value).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
+    if not 0 < seconds <= 3600:
+        raise argparse.ArgumentTypeError(f"expected seconds in (0, 3600], got {value!r}")
+    return seconds
+
+
+def parse_text(value: str) -> str:
+    return str(value).strip()
+
+
 def parse_bool(value: str) -> bool:
     """1/true/yes/on or 0/false/no/off."""
     text = str(value).strip().lower()
@@ -209,6 +247,74 @@ OPTIONS: tuple[Option, ...] = (
         "INT",
     ),
     Option(
+        "baseline",
+        "baseline",
+        "benchmarks against stored baselines: compare (judge each metric), update (record this "
+        "run as the baseline, merging into the files), append (add this run to the stored runs, "
+        "pooling up to 5 processes), off (neither)",
+        parse_baseline_mode,
+        "compare",
+        "MODE",
+    ),
+    Option(
+        "baseline-dir",
+        "baseline_dir",
+        "directory of baseline files, relative to the rootdir",
+        parse_text,
+        "baselines",
+        "DIR",
+    ),
+    Option(
+        "threshold",
+        "threshold",
+        "smallest relative change of a time metric that counts as a regression or improvement "
+        "(a fraction: 0.1 means 10 percent); the hpml_bench marker overrides it per test",
+        parse_fraction,
+        "0.1",
+        "FRACTION",
+    ),
+    Option(
+        "bench-time",
+        "bench_time",
+        "seconds of measured rounds per benchmark (the reference workload included)",
+        parse_seconds,
+        "3",
+        "SECONDS",
+    ),
+    Option(
+        "machine",
+        "machine",
+        "a human-readable name for this machine in baseline files and reports",
+        parse_text,
+        "",
+        "NAME",
+    ),
+    Option(
+        "report",
+        "report",
+        "write every benchmark metric, verdict, the fingerprint and the commit to this JSON file",
+        parse_text,
+        "",
+        "PATH",
+    ),
+    Option(
+        "report-md",
+        "report_md",
+        "write a Markdown summary of the verdicts (for a pull-request comment; appended when "
+        "the path is $GITHUB_STEP_SUMMARY)",
+        parse_text,
+        "",
+        "PATH",
+    ),
+    Option(
+        "report-html",
+        "report_html",
+        "write a standalone HTML report with plots (needs matplotlib)",
+        parse_text,
+        "",
+        "PATH",
+    ),
+    Option(
         "run-slow",
         "run_slow",
         "run tests marked @pytest.mark.slow (deselected otherwise)",
@@ -229,6 +335,14 @@ class Settings:
     dist_backend: str
     workers: tuple[int, ...]
     seed: int
+    baseline: str
+    baseline_dir: str
+    threshold: float
+    bench_time: float
+    machine: str
+    report: str
+    report_md: str
+    report_html: str
     run_slow: bool
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 

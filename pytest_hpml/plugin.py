@@ -11,6 +11,7 @@ import pytest
 from . import fixtures, header, markers, options
 from .devices import hardware
 from .fixtures import check_selection, parametrize, settings, uses_hpml
+from .regression import regression
 
 # Set once the session has printed the hardware line, so it is shown once.
 HARDWARE_SHOWN = pytest.StashKey[bool]()
@@ -29,6 +30,19 @@ def pytest_configure(config: pytest.Config) -> None:
     markers.register(config)
     config.pluginmanager.register(fixtures, "hpml-fixtures")
     config.stash[options.SETTINGS_KEY] = options.resolve(config)
+    _check_html_report(config.stash[options.SETTINGS_KEY])
+    config.pluginmanager.register(regression(config), "hpml-regression")
+
+
+def _check_html_report(chosen: options.Settings) -> None:
+    """Fail at the start, not after the benchmarks have run: the HTML report needs matplotlib."""
+    if not chosen.report_html:
+        return
+    from .html import INSTALL_HINT, available
+
+    if not available():
+        where = chosen.sources.get("report_html", "--hpml-report-html")
+        raise pytest.UsageError(f"{where}: the HTML report needs matplotlib; {INSTALL_HINT}")
 
 
 @pytest.hookimpl

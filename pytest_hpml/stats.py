@@ -89,6 +89,7 @@ class Comparison:
     confidence: float | None = None  # 1 - p of the one-sided test in the direction of change
     threshold: float | None = None
     reason: str = ""
+    raw_change: float | None = None  # before normalization by the reference, when it applies
 
 
 def compare_samples(

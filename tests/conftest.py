@@ -9,8 +9,10 @@ any snapshot, and the library modules a run loads are put back after it (see ``K
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -79,6 +81,34 @@ def test_step(device, precision):
 """
 
 SOURCES = ("cli", "env", "ini", "toml")
+
+# Inner benchmark runs measure briefly: what is asserted about them holds under any noise.
+BENCH_TIME = "--hpml-bench-time=0.2"
+
+# A pure-Python workload timed with ``benchmark``; WORK_SCALE multiplies the work it does.
+WORK = """
+import os
+
+
+def work():
+    return sum(range(int(20_000 * float(os.environ.get("WORK_SCALE", "1")))))
+
+
+def test_work(benchmark):
+    benchmark(work)
+"""
+
+
+def count_tests(count: int = 2, *, portable: bool = True, timed: bool = False) -> str:
+    """Inner tests ``test_0``... that record a count metric ``n`` (COUNT, default 1) and, if
+    ``timed``, time a trivial call: without it they are fast and their verdicts deterministic."""
+    call = "    benchmark(sum, range(10))\n" if timed else ""
+    return "import os\n" + "".join(
+        f"\n\ndef test_{i}(benchmark):\n{call}"
+        f'    benchmark.record("n", int(os.environ.get("COUNT", "1")), portable={portable})\n'
+        for i in range(count)
+    )
+
 
 # Every library module an in-process run imported, kept for the rest of the session.
 LIBRARIES: dict[str, ModuleType] = {}
@@ -152,6 +182,19 @@ class Project:
         sys.modules.update(LIBRARIES)
         return result
 
+    def bench(self, *args: str) -> pytest.RunResult:
+        """Run in this process with benchmarks measured briefly and torch on one thread.
+
+        On a shared machine, torch's threads wait for one another whenever a neighbour holds a
+        core: the reference workload then varies tenfold and more from one round to the next.
+        """
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self.run(BENCH_TIME, *args)
+        finally:
+            torch.set_num_threads(threads)
+
     def run_subprocess(self, *args: str) -> pytest.RunResult:
         """Run pytest in a fresh interpreter: for CUDA and for what gets imported."""
         return self.pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=120)
@@ -166,6 +209,41 @@ class Project:
     def torch_imported(self) -> list[bool]:
         """For each finished run, whether torch was in ``sys.modules`` at its end."""
         return [line == "True" for line in (self.path / "torch_imported.txt").read_text().split()]
+
+    @property
+    def baseline_dir(self) -> Path:
+        return self.path / "baselines"
+
+    def baseline_files(self) -> dict[str, Path]:
+        """The baseline files by kind, ``machine`` and ``portable`` (at most one of each)."""
+        found: dict[str, Path] = {}
+        for path in sorted(self.baseline_dir.glob("*.json")):
+            kind = path.name.partition("-")[0]
+            assert kind not in found, f"two {kind} baseline files: {found[kind]}, {path}"
+            found[kind] = path
+        return found
+
+    def stored(self, kind: str) -> dict[str, Any]:
+        """The entries (test id -> metric -> record) of the ``machine`` or ``portable`` file."""
+        return json.loads(self.baseline_files()[kind].read_text())["entries"]
+
+    @staticmethod
+    def verdicts(result: pytest.RunResult) -> dict[tuple[str, str], str]:
+        """The "hpml benchmarks" table at the end of a run: (test id, metric) -> verdict."""
+        lines = result.outlines
+        starts = [i for i, line in enumerate(lines) if re.fullmatch(r"=+ hpml benchmarks =+", line)]
+        assert len(starts) == 1, result.stdout.str()
+        table = {}
+        for line in lines[starts[0] + 2 :]:  # after the column names
+            if line.startswith("hpml:"):
+                break
+            cells = re.split(r" {2,}", line.strip())  # columns are 2 spaces apart
+            table[(cells[0], cells[1])] = cells[-1]
+        return table
+
+    @staticmethod
+    def hpml_errors(result: pytest.RunResult) -> list[str]:
+        return [line for line in result.outlines if line.startswith("hpml: ERROR ")]
 
     @staticmethod
     def settings(result: pytest.RunResult) -> dict[str, str]:

@@ -30,6 +30,11 @@ BAD_VALUES = [
     ("workers", "\u00b2", "unknown worker count '\u00b2'; choose from integers >= 0 or auto"),
     ("seed", "abc", "seed must be an integer, got 'abc'"),
     ("seed", "4294967296", "seed must be in [0, 2**32), got 4294967296"),
+    ("baseline", "keep", "unknown baseline mode 'keep'; choose from compare, update"),
+    ("threshold", "ten", "expected a fraction such as 0.1 or 10%, got 'ten'"),
+    ("threshold", "0", "expected a fraction in (0, 10), got '0'"),
+    ("bench_time", "-1", "expected seconds in (0, 3600], got '-1'"),
+    ("bench_time", "1s", "expected seconds, got '1s'"),
 ]
 
 # where the error says the value came from, per source
@@ -119,6 +124,9 @@ def test_mps_device_off_apple_silicon_is_a_usage_error(project: Project) -> None
         ("precision('fp8x')", "unknown precision 'fp8x'; choose from fp32, tf32, fp16, bf16"),
         ("device('tpu')", "unknown device 'tpu'; choose from cpu, cuda, mps"),
         ("slow(1)", "slow takes no arguments"),
+        ("hpml_bench(threshold=-0.1)", "threshold must be a positive fraction such as 0.05"),
+        ("hpml_bench(batch_size=2.5)", "batch_size must be a positive integer, got 2.5"),
+        ("hpml_bench(0.1, 8, 1)", "too many positional arguments; hpml_bench(threshold=None"),
     ],
 )
 def test_wrong_marker_is_a_collection_error_naming_the_test(

@@ -1,0 +1,283 @@
+"""The ``pytest-hpml`` command: look at baseline files and JSON reports without running pytest.
+
+    pytest-hpml list [--dir baselines]          the baseline files, their machine, entry counts
+    pytest-hpml show FILE [--test PATTERN]      the entries of a baseline file or report
+    pytest-hpml diff OLD NEW                    median change per test and metric
+    pytest-hpml render REPORT.json [--md OUT.md] [--html OUT.html] [--baselines DIR]
+
+It never imports torch: it is for looking at files from CI on any machine. Unreadable files are
+one-line errors and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import baselines, reports, stats
+from .baselines import BaselineError
+from .html import ReportError
+
+Entries = dict[str, dict[str, Any]]  # test id -> metric -> record
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (BaselineError, ReportError, OSError) as exc:
+        print(f"pytest-hpml: error: {_message(exc)}", file=sys.stderr)
+        return 2
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, OSError) and exc.filename:
+        return f"cannot write {exc.filename}: {exc.strerror}"
+    return str(exc)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="pytest-hpml", description="Look at pytest-hpml baseline files and JSON reports."
+    )
+    commands = top.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    add = commands.add_parser
+    cmd = add("list", help="the baseline files in a directory: machine, id, entry counts")
+    cmd.add_argument("--dir", type=Path, default=Path("baselines"), help="default: baselines")
+    cmd.set_defaults(run=run_list)
+    cmd = add("show", help="the entries of a baseline file or JSON report, with medians")
+    cmd.add_argument("file", type=Path, metavar="FILE")
+    cmd.add_argument("--test", metavar="PATTERN", help="test ids containing PATTERN (or a glob)")
+    cmd.set_defaults(run=run_show)
+    cmd = add("diff", help="median change per test and metric between two files")
+    cmd.add_argument("old", type=Path, metavar="OLD", help="a baseline file or JSON report")
+    cmd.add_argument("new", type=Path, metavar="NEW", help="a baseline file or JSON report")
+    cmd.set_defaults(run=run_diff)
+    cmd = add("render", help="the Markdown and/or HTML report of a JSON report")
+    cmd.add_argument("report", type=Path, metavar="REPORT", help="from pytest --hpml-report")
+    cmd.add_argument("--md", type=Path, metavar="OUT", help="write the Markdown summary here")
+    cmd.add_argument("--html", type=Path, metavar="OUT", help="write the HTML report here")
+    cmd.add_argument(
+        "--baselines",
+        type=Path,
+        metavar="DIR",
+        help="baseline directory whose samples to plot (default: the report's, in compare mode)",
+    )
+    cmd.set_defaults(run=run_render)
+    return top
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def _existing(path: Path) -> Path:
+    """``baselines.load`` treats a missing file as empty; asked for by name, it is an error."""
+    if not path.is_file():
+        raise BaselineError(f"no such file: {path}")
+    return path
+
+
+def _report_problem(data: Any) -> str | None:
+    if not isinstance(data, dict):
+        return "top level is not an object"
+    if data.get("format") != reports.REPORT_FORMAT:
+        return f"format is {data.get('format')!r}, expected {reports.REPORT_FORMAT!r}"
+    results = data.get("results")
+    if not isinstance(results, list):
+        return "'results' is not a list"
+    for result in results:
+        keys = ("test", "metrics", "verdicts")
+        if not isinstance(result, dict) or not all(k in result for k in keys):
+            return "a result lacks its test, metrics or verdicts"
+    return None
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    """A JSON report written by ``pytest --hpml-report``; a :class:`BaselineError` otherwise."""
+    try:
+        data = json.loads(_existing(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise BaselineError(
+            f"report {path} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        ) from None
+    problem = _report_problem(data)
+    if problem:
+        raise BaselineError(f"{path} is not a pytest-hpml report ({problem})")
+    return data
+
+
+def _is_report(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("format") == reports.REPORT_FORMAT
+
+
+def load_entries(path: Path) -> Entries:
+    """The records of a baseline file or a JSON report, test id -> metric -> record."""
+    if _is_report(_existing(path)):
+        return {r["test"]: r["metrics"] for r in load_report(path)["results"]}
+    return baselines.load(path)["entries"]
+
+
+def center(record: dict[str, Any]) -> float | None:
+    """The number that stands for a record: its samples' median, or its value."""
+    samples = record.get("samples")
+    return stats.median(samples) if samples else record.get("value")
+
+
+# --- commands --------------------------------------------------------------------------------
+
+
+def run_list(args: argparse.Namespace) -> int:
+    directory: Path = args.dir
+    if not directory.is_dir():
+        raise BaselineError(f"no baseline directory {directory} (see --dir)")
+    paths = sorted(directory.glob("*.json"))
+    if not paths:
+        print(f"no baseline files in {directory}")
+        return 0
+    body, failed = [], False
+    for path in paths:
+        try:
+            data = baselines.load(path)
+        except BaselineError as exc:
+            print(f"pytest-hpml: error: {exc}", file=sys.stderr)
+            failed = True
+            continue
+        body.append(_file_row(path, data))
+    _print(("file", "machine", "id", "tests", "metrics"), body)
+    return 2 if failed else 0
+
+
+def _file_row(path: Path, data: dict[str, Any]) -> dict[str, str]:
+    fp = data.get("fingerprint") or {}
+    machine = fp.get("name") or (f"portable, torch {data['torch']}" if "torch" in data else "-")
+    entries = data["entries"]
+    return {
+        "file": path.name,
+        "machine": machine,
+        "id": fp.get("id", "-"),
+        "tests": str(len(entries)),
+        "metrics": str(sum(len(m) for m in entries.values())),
+    }
+
+
+def run_show(args: argparse.Namespace) -> int:
+    entries = load_entries(args.file)
+    chosen = {t: m for t, m in entries.items() if _matches(t, args.test)}
+    if not chosen:
+        print(f"no entries{'' if args.test is None else f' match {args.test!r}'} in {args.file}")
+        return 1
+    body = [
+        _record_row(test, name, record)
+        for test, metrics in sorted(chosen.items())
+        for name, record in sorted(metrics.items())
+    ]
+    _print(("test", "metric", "kind", "median/value", "samples", "recorded", "commit"), body)
+    return 0
+
+
+def _matches(test: str, pattern: str | None) -> bool:
+    if pattern is None:
+        return True
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(test, pattern)
+    return pattern in test
+
+
+def _record_row(test: str, name: str, record: dict[str, Any]) -> dict[str, str]:
+    samples = record.get("samples")
+    return {
+        "test": test,
+        "metric": name,
+        "kind": str(record.get("kind", "?")),
+        "median/value": reports.fmt(center(record), record.get("unit", "")),
+        "samples": str(len(samples)) if samples else "-",
+        "recorded": record.get("recorded") or "-",
+        "commit": record.get("commit") or "-",
+    }
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    old, new = load_entries(args.old), load_entries(args.new)
+    body = []
+    for test in sorted(old.keys() | new.keys()):
+        before, after = old.get(test, {}), new.get(test, {})
+        for name in sorted(before.keys() | after.keys()):
+            body.append(_diff_row(test, name, before.get(name), after.get(name)))
+    if not body:
+        print("no entries in either file")
+        return 0
+    _print(("test", "metric", "old", "new", "change", "normalized"), body)
+    return 0
+
+
+def _diff_row(
+    test: str, name: str, old: dict[str, Any] | None, new: dict[str, Any] | None
+) -> dict[str, str]:
+    unit = (new or old or {}).get("unit", "")
+    before = None if old is None else center(old)
+    after = None if new is None else center(new)
+    if before is None or after is None:
+        change = "added" if before is None else "removed"
+    else:
+        change = f"{after / before - 1:+.1%}" if before else "-"
+    return {
+        "test": test,
+        "metric": name,
+        "old": reports.fmt(before, unit),
+        "new": reports.fmt(after, unit),
+        "change": change,
+        "normalized": _normalized_change(old, new),
+    }
+
+
+def _normalized_change(old: dict[str, Any] | None, new: dict[str, Any] | None) -> str:
+    """The change in units of each run's reference workload (time and rate only), which is
+    what a verdict judges: comparable across machines and loads."""
+    if not (old and new and old.get("reference") and new.get("reference")):
+        return "-"
+    if new.get("kind") not in ("time", "rate") or not (center(old) and center(new)):
+        return "-"
+    speed = stats.median(old["reference"]) / stats.median(new["reference"])
+    ratio = center(new) / center(old)
+    ratio *= speed if new["kind"] == "time" else 1 / speed
+    return f"{ratio - 1:+.1%}"
+
+
+def run_render(args: argparse.Namespace) -> int:
+    if not (args.md or args.html):
+        raise BaselineError("render: say what to write, --md OUT and/or --html OUT")
+    document = load_report(args.report)
+    try:
+        if args.md:
+            reports.write_markdown(args.md, document)
+            print(f"wrote {args.md}")
+        if args.html:
+            _write_html(args, document)
+            print(f"wrote {args.html}")
+    except (KeyError, TypeError, ValueError) as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+        raise BaselineError(f"report {args.report} is malformed ({problem})") from None
+    return 0
+
+
+def _write_html(args: argparse.Namespace, document: dict[str, Any]) -> None:
+    from . import html
+
+    entries = html.stored_baselines(document, args.baselines)
+    if args.baselines and not entries:
+        print(f"note: no baseline samples for this machine in {args.baselines}", file=sys.stderr)
+    baselines.write_atomic(args.html, html.render(document, entries))
+
+
+def _print(columns: Sequence[str], body: list[dict[str, str]]) -> None:
+    for line in reports.align(columns, body):
+        print(line.rstrip())

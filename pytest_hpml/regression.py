@@ -1,0 +1,324 @@
+"""Benchmarks against baselines, for a whole session: verdicts per metric, recording, exit status.
+
+Verdicts are reached where a test ran (an xdist worker, or the only process) and travel in the
+test report (``user_properties``), so the controlling process sees every one of them; it alone
+writes baseline files and reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import subprocess
+from collections.abc import Generator
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import baselines, fingerprint, markers, reports, stats
+from .benchmarking import normalize
+from .devices import hardware
+from .fixtures import BENCHMARK_KEY
+from .options import SETTINGS_KEY, Settings
+
+PROPERTY = "hpml_benchmark"
+MAX_STORED_SAMPLES = 400
+EARLIER_RUNS = 4  # runs kept besides the latest by --hpml-baseline=append
+RUN_FIELDS = ("samples", "reference", "recorded", "commit")
+
+
+class Regression:
+    """The session's baselines: where they are, what they say, and what this run found.
+
+    Registered as a plugin object: its hooks attach verdicts to reports where tests run and
+    collect, record, report and set the exit status where the session is controlled.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.settings: Settings = config.stash[SETTINGS_KEY]
+        self.directory = Path(config.rootpath, self.settings.baseline_dir)
+        self.results: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self._files: dict[Path, dict[str, Any] | None] = {}
+        self.written: list[Path] = []
+
+    @cached_property
+    def fingerprint(self) -> fingerprint.Fingerprint:
+        return fingerprint.current(hardware(self.config), self.settings.machine)
+
+    def path_for(self, record: dict[str, Any]) -> Path:
+        if record.get("portable"):
+            return baselines.portable_path(self.directory, self.fingerprint)
+        return baselines.machine_path(self.directory, self.fingerprint)
+
+    def stored(self, test: str, name: str, record: dict[str, Any]) -> dict[str, Any] | None:
+        """The baseline of one metric, or None; an unreadable file is reported once."""
+        path = self.path_for(record)
+        if path not in self._files:
+            try:
+                self._files[path] = baselines.load(path)
+            except baselines.BaselineError as exc:
+                self._files[path] = None
+                self.errors.append(str(exc))
+        data = self._files[path]
+        return None if data is None else data["entries"].get(test, {}).get(name)
+
+    def judge(self, test: str, metrics: dict[str, Any], threshold: float) -> dict[str, Any]:
+        """Verdicts for every metric of one test (all ``no-baseline`` when mode is off)."""
+        verdicts = {}
+        for name, record in metrics.items():
+            base = None if self.settings.baseline == "off" else self.stored(test, name, record)
+            verdicts[name] = dataclasses.asdict(judge_metric(record, base, threshold))
+        return verdicts
+
+    def payload(self, item: pytest.Item, metrics: dict[str, Any]) -> dict[str, Any]:
+        """What travels in the report: metrics, threshold, verdicts, new errors."""
+        threshold, _ = markers.bench_settings(item.get_closest_marker("hpml_bench"))
+        threshold = threshold or self.settings.threshold
+        known = len(self.errors)
+        verdicts = self.judge(item.nodeid, metrics, threshold)
+        return {
+            "test": item.nodeid,
+            "threshold": threshold,
+            "metrics": metrics,
+            "verdicts": verdicts,
+            "errors": self.errors[known:],
+        }
+
+    def collect(self, payload: dict[str, Any]) -> None:
+        self.results.append(payload)
+        self.errors.extend(e for e in payload.get("errors", ()) if e not in self.errors)
+
+    @property
+    def regressed(self) -> list[tuple[str, str, dict[str, Any]]]:
+        return [
+            (r["test"], name, v)
+            for r in self.results
+            for name, v in r["verdicts"].items()
+            if v["verdict"] == stats.REGRESSED
+        ]
+
+    def write(self) -> list[Path]:
+        """Merge this run's metrics into the baseline files (update or append mode)."""
+        updates: dict[Path, dict[str, dict[str, Any]]] = {}
+        stamp = {"recorded": now(), "commit": commit(self.config.rootpath)}
+        for result in self.results:
+            for name, record in result["metrics"].items():
+                entry = updates.setdefault(self.path_for(record), {}).setdefault(result["test"], {})
+                entry[name] = {**compact(record), **stamp}
+        written = []
+        for path, entries in sorted(updates.items()):
+            header = (
+                {"torch": self.fingerprint.torch_minor}
+                if path.name.startswith("portable-")
+                else {"fingerprint": self.fingerprint.as_dict()}
+            )
+            try:
+                baselines.merge(
+                    path, entries, header, append if self.settings.baseline == "append" else None
+                )
+            except baselines.BaselineError as exc:
+                self.errors.append(f"{exc} (not overwritten)")
+            else:
+                written.append(path)
+        return written
+
+    @property
+    def controller(self) -> bool:
+        """True unless this is a pytest-xdist worker."""
+        return not hasattr(self.config, "workerinput")
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        """Judge a passed benchmark's metrics and attach them to its call report."""
+        report = yield
+        bench = item.stash.get(BENCHMARK_KEY, None)
+        if call.when == "call" and report.passed and bench is not None and bench.metrics:
+            report.user_properties.append((PROPERTY, self.payload(item, bench.metrics)))
+        return report
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Collect the verdicts of every test, whichever process ran it."""
+        for name, value in report.user_properties:
+            if name == PROPERTY:
+                self.collect(value)
+
+    @pytest.hookimpl
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Record baselines, write the JSON report and fail the session on a regression."""
+        if not self.controller or not (self.results or self.errors):
+            return
+        self.write_reports()  # before recording: the reports show what the run was judged against
+        if self.settings.baseline in ("update", "append"):
+            self.written = self.write()
+        # A regression fails only a comparing run; an unreadable or unwritable file fails any.
+        failing = self.errors or (self.settings.baseline == "compare" and self.regressed)
+        if failing and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Print the verdict table, then what regressed, improved or could not be read."""
+        if not self.controller or not (self.results or self.errors):
+            return
+        tr = terminalreporter
+        tr.write_sep("=", "hpml benchmarks")
+        for line in reports.table(self.results):
+            tr.write_line(line)
+        summary = ", ".join(f"{n} {v}" for v, n in reports.counts(self.results).items())
+        tr.write_line(
+            f"hpml: {summary or 'no metrics'}; baselines: {self.directory} "
+            f"({self.settings.baseline})"
+        )
+        for test, name, v in self.regressed:
+            unit = self._unit(test, name)
+            tr.write_line(f"hpml: REGRESSED {test} {name}: {reports.describe(v, unit)}", red=True)
+        improved = sorted({r["test"] for r in self.results if _has(r, stats.IMPROVED)})
+        if improved:
+            tr.write_line(
+                "hpml: improved; refresh their baselines with: pytest --hpml-baseline=update "
+                + " ".join(improved)
+            )
+        for path in self.written:
+            tr.write_line(f"hpml: baselines recorded in {path}")
+        for error in self.errors:
+            tr.write_line(f"hpml: ERROR {error}", red=True)
+
+    def write_reports(self) -> None:
+        """The JSON, Markdown and HTML reports that were asked for."""
+        chosen, root = self.settings, self.config.rootpath
+        writers = (
+            (chosen.report, reports.write_json),
+            (chosen.report_md, reports.write_markdown),
+            (chosen.report_html, reports.write_html),
+        )
+        document = None
+        for path, write in writers:
+            if path:
+                document = document or self.document()
+                write(Path(root, path), document)
+
+    def _unit(self, test: str, name: str) -> str:
+        return next(r["metrics"][name]["unit"] for r in self.results if r["test"] == test)
+
+    def document(self) -> dict[str, Any]:
+        """The JSON report: fingerprint, commit, every metric and verdict."""
+        return {
+            "format": reports.REPORT_FORMAT,
+            "created": now(),
+            "commit": commit(self.config.rootpath),
+            "fingerprint": self.fingerprint.as_dict(),
+            "baseline_mode": self.settings.baseline,
+            "baseline_dir": str(self.directory),
+            "results": self.results,
+            "counts": reports.counts(self.results),
+            "errors": self.errors,
+        }
+
+
+def append(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """Keep earlier runs of a sampled metric beside the new one (a baseline pooled over
+    processes is steadier than one process's); deterministic values are replaced."""
+    if old is None or "samples" not in new or old.get("kind") != new.get("kind"):
+        return new
+    earlier = [{k: old[k] for k in RUN_FIELDS if k in old}, *old.get("earlier", ())]
+    return {**new, "earlier": earlier[:EARLIER_RUNS]}
+
+
+def runs(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs of a stored sampled metric: the latest and those kept by append."""
+    return [record, *record.get("earlier", ())]
+
+
+def _has(result: dict[str, Any], verdict: str) -> bool:
+    return any(v["verdict"] == verdict for v in result["verdicts"].values())
+
+
+def judge_metric(
+    record: dict[str, Any], base: dict[str, Any] | None, threshold: float
+) -> stats.Comparison:
+    """Compare one metric with its baseline according to its kind."""
+    kind = record["kind"]
+    if kind == "count":
+        return stats.compare_value(
+            record["value"],
+            None if base is None else base.get("value"),
+            tolerance=record.get("tolerance") or 0.0,
+            higher_is_worse=record.get("higher_is_worse", True),
+        )
+    if base is None:
+        return stats.Comparison(stats.NO_BASELINE, current=stats.median(record["samples"]))
+    stored = runs(base)
+    if kind == "ratio":
+        return stats.compare_samples(
+            record["samples"],
+            [s for run in stored for s in run["samples"]],
+            threshold=record.get("tolerance") or threshold,
+            higher_is_worse=False,
+        )
+    normalized = all(run.get("reference") for run in [record, *stored])
+    result = stats.compare_samples(
+        _comparable(record, normalized),
+        [s for run in stored for s in _comparable(run, normalized, kind)],
+        threshold=threshold,
+        higher_is_worse=kind == "time",
+    )
+    # Judged on normalized samples; the raw medians are what people recognize.
+    raw_base = stats.median([s for run in stored for s in run["samples"]])
+    raw_current = stats.median(record["samples"])
+    return dataclasses.replace(
+        result, baseline=raw_base, current=raw_current, raw_change=raw_current / raw_base - 1
+    )
+
+
+def _comparable(run: dict[str, Any], normalized: bool, kind: str | None = None) -> list[float]:
+    """A run's samples in units of its reference time when every run measured it, else raw."""
+    if not normalized:
+        return run["samples"]
+    return normalize(run["samples"], run["reference"], per_second=(kind or run["kind"]) == "rate")
+
+
+def compact(record: dict[str, Any]) -> dict[str, Any]:
+    """What is stored: samples thinned evenly to at most MAX_STORED_SAMPLES, 5 digits each."""
+    out = dict(record)
+    for key in ("samples", "reference"):
+        values = out.get(key)
+        if values:
+            step = max(1, -(-len(values) // MAX_STORED_SAMPLES))
+            out[key] = [float(f"{v:.5g}") for v in values[::step]]
+    return out
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def commit(root: Path) -> str | None:
+    """The checked-out commit, if ``root`` is in a git repository."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+REGRESSION_KEY = pytest.StashKey[Regression]()
+
+
+def regression(config: pytest.Config) -> Regression:
+    """The session's :class:`Regression`, created on first use."""
+    if REGRESSION_KEY not in config.stash:
+        config.stash[REGRESSION_KEY] = Regression(config)
+    return config.stash[REGRESSION_KEY]

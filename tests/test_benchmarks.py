@@ -1,0 +1,303 @@
+"""Benchmarks end to end: recording baselines, each verdict against them, the metrics beyond time,
+pytest-benchmark's own behaviour kept, and the reports.
+
+Wall times are never asserted: a regression is planted as four times the work (and an
+improvement as a quarter of it), judged with a generous threshold, so that verdicts hold on a
+noisy machine.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.conftest import WORK, count_tests
+
+if TYPE_CHECKING:
+    from tests.conftest import Project
+
+THRESHOLD = "--hpml-threshold=0.6"
+WORK_TIME = ("test_inner.py::test_work", "time")
+
+
+@pytest.fixture
+def recorded(project: Project) -> Project:
+    """A project whose WORK benchmark has a baseline recorded at scale 1."""
+    project.write_tests(WORK)
+    assert project.bench("--hpml-baseline=update").ret == pytest.ExitCode.OK
+    return project
+
+
+def sorted_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A json object hook asserting the object's keys are in sorted order."""
+    keys = [k for k, _ in pairs]
+    assert keys == sorted(keys)
+    return dict(pairs)
+
+
+def test_update_records_time_and_counts_in_machine_and_portable_files(project: Project) -> None:
+    project.write_tests(WORK + '    benchmark.record("graph_breaks", 0)\n')
+    result = project.bench("--hpml-baseline=update", "--benchmark-json=out.json")
+    assert result.ret == pytest.ExitCode.OK
+    files = project.baseline_files()
+    assert sorted(files) == ["machine", "portable"]
+    parsed = {k: json.loads(p.read_text(), object_pairs_hook=sorted_keys) for k, p in files.items()}
+    time = parsed["machine"]["entries"]["test_inner.py::test_work"]["time"]
+    assert len(time["samples"]) == len(time["reference"]) >= 5
+    assert all(isinstance(s, float) and s > 0 for s in time["samples"] + time["reference"])
+    [bench] = json.loads((project.path / "out.json").read_text())["benchmarks"]
+    assert min(time["samples"]) == pytest.approx(bench["stats"]["min"], rel=1e-4)  # raw seconds
+    portable = parsed["portable"]["entries"]["test_inner.py::test_work"]
+    assert set(portable) == {"graph_breaks"}
+    assert portable["graph_breaks"]["value"] == 0
+    assert set(parsed["machine"]["entries"]["test_inner.py::test_work"]) == {"time"}
+    result.stdout.fnmatch_lines([f"hpml: baselines recorded in {files['machine']}"])
+
+
+def test_recorded_benchmark_is_compared_by_default_on_the_next_run(recorded: Project) -> None:
+    result = recorded.bench(THRESHOLD)
+    assert result.ret == pytest.ExitCode.OK
+    assert recorded.verdicts(result) == {WORK_TIME: "pass"}
+    result.stdout.fnmatch_lines(["hpml: 1 pass; baselines: * (compare)"])
+
+
+def test_without_a_baseline_the_verdict_is_no_baseline_and_nothing_is_written(
+    project: Project,
+) -> None:
+    project.write_tests(WORK)
+    result = project.bench()
+    assert result.ret == pytest.ExitCode.OK
+    assert project.verdicts(result) == {WORK_TIME: "no-baseline"}
+    assert not project.baseline_dir.exists()
+
+
+def test_four_times_the_work_regresses_and_fails_the_session(recorded: Project) -> None:
+    recorded.monkeypatch.setenv("WORK_SCALE", "4")
+    result = recorded.bench(THRESHOLD)
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert recorded.verdicts(result) == {WORK_TIME: "regressed"}
+    [line] = [line for line in result.outlines if line.startswith("hpml: REGRESSED")]
+    value = r"[\d.]+ (s|ms|us|ns)"
+    assert re.fullmatch(
+        rf"hpml: REGRESSED test_inner.py::test_work time: {value} -> {value}, raw \+\d+\.\d%, "
+        r"change \+\d+\.\d% in reference units, confidence \d+\.\d%, threshold 60%",
+        line,
+    ), line
+
+
+def test_a_quarter_of_the_work_improves_and_prints_the_refresh_command(recorded: Project) -> None:
+    recorded.monkeypatch.setenv("WORK_SCALE", "0.25")
+    result = recorded.bench(THRESHOLD)
+    assert result.ret == pytest.ExitCode.OK
+    assert recorded.verdicts(result) == {WORK_TIME: "improved"}
+    result.stdout.fnmatch_lines(
+        [
+            "hpml: improved; refresh their baselines with: "
+            "pytest --hpml-baseline=update test_inner.py::test_work"
+        ]
+    )
+
+
+def test_update_mode_never_fails_for_a_regression_and_records_the_new_times(
+    recorded: Project,
+) -> None:
+    before = recorded.stored("machine")["test_inner.py::test_work"]["time"]["samples"]
+    recorded.monkeypatch.setenv("WORK_SCALE", "4")
+    result = recorded.bench(THRESHOLD, "--hpml-baseline=update")
+    assert result.ret == pytest.ExitCode.OK
+    assert recorded.verdicts(result) == {WORK_TIME: "regressed"}
+    assert recorded.stored("machine")["test_inner.py::test_work"]["time"]["samples"] != before
+
+
+def test_too_few_rounds_are_inconclusive(project: Project) -> None:
+    project.write_tests(WORK.replace("benchmark(work)", "benchmark.pedantic(work, rounds=3)"))
+    project.bench("--hpml-baseline=update")
+    result = project.bench(THRESHOLD)
+    assert result.ret == pytest.ExitCode.OK
+    assert project.verdicts(result) == {WORK_TIME: "inconclusive"}
+
+
+def test_changed_count_regresses_exactly(project: Project) -> None:
+    project.write_tests(count_tests(1))
+    project.run("--hpml-baseline=update")
+    assert project.verdicts(project.run()) == {("test_inner.py::test_0", "n"): "pass"}
+    project.monkeypatch.setenv("COUNT", "2")
+    result = project.run()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert project.verdicts(result) == {("test_inner.py::test_0", "n"): "regressed"}
+
+
+TRACKED = """
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+
+def test_tracked(benchmark, record):
+    model, x = torch.nn.Linear(16, 8), torch.randn(4, 16)
+    with FlopCounterMode(display=False) as counter:
+        model(x)
+    record(flops=counter.get_total_flops())
+    benchmark.track(model=model, batch_size=4)
+    benchmark(model, x)
+
+
+@pytest.mark.hpml_bench(batch_size=32)
+def test_marked(benchmark):
+    benchmark(sum, range(100))
+"""
+
+
+def assert_per_round(rate: dict[str, Any], amount: float, time: dict[str, Any]) -> None:
+    """Each rate sample is ``amount`` divided by the same round's time."""
+    assert len(rate["samples"]) == len(time["samples"])
+    expected = [amount / t for t in time["samples"]]
+    assert rate["samples"] == pytest.approx(expected, rel=1e-3)  # stored to 5 digits
+    assert rate["reference"] == time["reference"]
+
+
+def test_track_records_parameters_flops_throughput_and_flop_rate(project: Project) -> None:
+    project.write_tests(TRACKED)
+    project.bench("--hpml-baseline=update").assert_outcomes(passed=2)
+    [counted] = project.records()
+    portable = project.stored("portable")["test_inner.py::test_tracked"]
+    machine = project.stored("machine")["test_inner.py::test_tracked"]
+    assert {k: v["value"] for k, v in portable.items()} == {
+        "params": 16 * 8 + 8,
+        "param_bytes": (16 * 8 + 8) * 4,
+        "flops": counted["flops"],
+    }
+    assert sorted(machine) == ["flop_rate", "throughput", "time"]
+    assert_per_round(machine["throughput"], 4, machine["time"])
+    assert_per_round(machine["flop_rate"], counted["flops"], machine["time"])
+    marked = project.stored("machine")["test_inner.py::test_marked"]
+    assert_per_round(marked["throughput"], 32, marked["time"])
+
+
+def test_variants_record_each_time_and_paired_speedups(project: Project) -> None:
+    project.write_tests(
+        """
+        def test_variants(benchmark):
+            benchmark.variants({"small": lambda: sum(range(500)), "big": lambda: sum(range(1500))})
+        """
+    )
+    project.bench("--hpml-baseline=update").assert_outcomes(passed=1)
+    stored = project.stored("machine")["test_inner.py::test_variants"]
+    assert sorted(stored) == ["speedup[big/small]", "time[big]", "time[small]"]
+    small, big = stored["time[small]"]["samples"], stored["time[big]"]["samples"]
+    speedup = stored["speedup[big/small]"]
+    assert speedup["kind"] == "ratio"
+    assert speedup["samples"] == pytest.approx([s / b for s, b in zip(small, big)], rel=1e-3)
+
+
+def test_pytest_benchmark_table_and_json_keep_working(project: Project) -> None:
+    project.write_tests(WORK)
+    result = project.bench("--benchmark-json=out.json")
+    result.stdout.fnmatch_lines(["*benchmark: 1 tests*", "Name (time in *", "test_work *"])
+    [bench] = json.loads((project.path / "out.json").read_text())["benchmarks"]
+    assert bench["name"] == "test_work"
+    assert bench["stats"]["rounds"] >= 5
+    assert bench["extra_info"]["hpml_first_call_s"] > 0
+
+
+def test_pedantic_keeps_its_rounds_and_iterations(project: Project) -> None:
+    project.write_tests(
+        "def test_pedantic(benchmark):\n"
+        "    benchmark.pedantic(sum, args=(range(100),), rounds=7, iterations=3)\n"
+    )
+    project.bench("--benchmark-json=out.json", "--hpml-baseline=update").assert_outcomes(passed=1)
+    [bench] = json.loads((project.path / "out.json").read_text())["benchmarks"]
+    assert (bench["stats"]["rounds"], bench["stats"]["iterations"]) == (7, 3)
+    time = project.stored("machine")["test_inner.py::test_pedantic"]["time"]
+    assert (len(time["samples"]), time["iterations"]) == (7, 3)
+
+
+def test_benchmark_disable_runs_once_and_records_nothing(project: Project) -> None:
+    project.write_tests(
+        """
+        def test_once(benchmark, record):
+            calls = []
+            benchmark(calls.append, 1)
+            record(calls=len(calls))
+        """
+    )
+    result = project.bench(
+        "--benchmark-disable",
+        "--hpml-baseline=update",
+        "-W",
+        "error::pytest_benchmark.logger.PytestBenchmarkWarning",
+    )
+    result.assert_outcomes(passed=1)
+    assert project.records() == [{"test": "test_once", "calls": 1}]
+    assert "hpml benchmarks" not in result.stdout.str()
+    assert not project.baseline_dir.exists()
+
+
+@pytest.mark.parametrize("disable", [[], ["--benchmark-disable"]], ids=["enabled", "disabled"])
+def test_using_the_fixture_twice_raises_fixture_already_used(
+    project: Project, disable: list[str]
+) -> None:
+    project.write_tests(
+        """
+        def test_twice(benchmark):
+            benchmark(sum, range(10))
+            benchmark.variants({"a": lambda: 1, "b": lambda: 2})
+        """
+    )
+    result = project.bench(*disable)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*FixtureAlreadyUsed: Fixture can only be used once.*"])
+
+
+MARKED = """
+import pytest
+
+
+def test_default(benchmark):
+    benchmark.record("n", 1)
+
+
+@pytest.mark.hpml_bench(threshold=0.5)
+def test_marked(benchmark):
+    benchmark.record("n", 1)
+"""
+
+
+def test_marker_threshold_overrides_the_option_in_the_report(project: Project) -> None:
+    project.write_tests(MARKED)
+    project.run("--hpml-threshold=0.2", "--hpml-report=report.json").assert_outcomes(passed=2)
+    report = json.loads((project.path / "report.json").read_text())
+    assert {r["test"]: r["threshold"] for r in report["results"]} == {
+        "test_inner.py::test_default": 0.2,
+        "test_inner.py::test_marked": 0.5,
+    }
+
+
+def test_json_report_has_fingerprint_results_and_counts(project: Project) -> None:
+    project.write_tests(count_tests(2))
+    project.run("--hpml-report=out/report.json").assert_outcomes(passed=2)
+    report = json.loads((project.path / "out" / "report.json").read_text())
+    assert report["format"] == "pytest-hpml-report/1"
+    assert {"id", "name", "cpu", "cores", "torch"} <= set(report["fingerprint"])
+    assert [r["test"] for r in report["results"]] == [
+        "test_inner.py::test_0",
+        "test_inner.py::test_1",
+    ]
+    assert report["results"][0]["verdicts"]["n"]["verdict"] == "no-baseline"
+    assert (report["counts"], report["errors"]) == ({"no-baseline": 2}, [])
+
+
+def test_markdown_report_has_the_verdict_table(project: Project) -> None:
+    project.write_tests(count_tests(1))
+    project.run("--hpml-report-md=summary.md").assert_outcomes(passed=1)
+    lines = (project.path / "summary.md").read_text().splitlines()
+    assert lines[0] == "### pytest-hpml benchmarks: no regression"
+    assert (
+        "| test | metric | baseline | current | raw change | change | confidence | verdict |"
+        in lines
+    )
+    assert "| `test_inner.py::test_0` | n | - | 1 | - | - | - | no-baseline |" in lines

@@ -1,0 +1,87 @@
+"""Measurement, testable on the CPU: every timed round ends with the device synchronized, the
+first call is reported apart from the rounds, and each round has its reference time."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from pytest_hpml.benchmarking import Plan, Reference, measure, synchronizer
+
+SYNC_SECONDS = 0.002
+
+
+class SlowSync:
+    """A device synchronization that takes 2 ms and counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+        time.sleep(SYNC_SECONDS)
+
+
+class SlowFirstCall:
+    """A target whose first call does 50 ms of lazy work (compilation, autotuning...)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> int:
+        self.calls += 1
+        if self.calls == 1:
+            time.sleep(0.05)
+        return self.calls
+
+
+def test_every_timed_round_includes_the_device_synchronization() -> None:
+    sync = SlowSync()
+    series, _ = measure({"t": lambda: None}, Plan(sync=sync, rounds=6, warmup_rounds=2))
+    s = series["t"]
+    assert s.iterations == 1  # one call already lasts longer than a round needs
+    assert len(s.samples) == 6
+    assert min(s.samples) >= SYNC_SECONDS
+    # one synchronization per timed batch: first call, warm-up, the estimate, each round
+    assert sync.calls == 1 + s.warmup_calls + 1 + len(s.samples)
+
+
+def test_a_round_of_many_calls_synchronizes_once() -> None:
+    sync = SlowSync()
+    plan = Plan(sync=sync, rounds=4, warmup_rounds=1, iterations=10)
+    series, _ = measure({"t": lambda: None}, plan)
+    assert sync.calls == 1 + 1 + 1 + 4
+    assert min(series["t"].samples) >= SYNC_SECONDS / 10
+
+
+def test_synchronizer_on_cpu_is_a_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    def forbidden(*args: object) -> None:
+        raise AssertionError("synchronized a CUDA device on the CPU")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", forbidden)
+    if torch.cuda.is_initialized():
+        pytest.skip("CUDA is initialized in this process")
+    assert synchronizer(None)() is None
+    assert synchronizer(torch.device("cpu"))() is None
+
+
+def test_slow_first_call_is_reported_apart_and_not_in_the_samples() -> None:
+    target = SlowFirstCall()
+    series, results = measure({"t": target}, Plan(rounds=5))
+    s = series["t"]
+    assert s.first_call >= 0.05
+    assert len(s.samples) == 5
+    assert max(s.samples) < 0.05
+    assert s.warmup_calls >= 3  # called until three calls in a row agree
+    assert results["t"] == target.calls  # the last call's result
+
+
+def test_variants_are_measured_in_the_same_rounds_with_their_reference() -> None:
+    plan = Plan(rounds=5, warmup_rounds=1, reference=Reference())
+    series, _ = measure({"a": lambda: 1, "b": lambda: 2}, plan)
+    assert {n: len(s.samples) for n, s in series.items()} == {"a": 5, "b": 5}
+    assert series["a"].reference == series["b"].reference  # the same reference run per round
+    assert len(series["a"].reference) == 5
+    assert min(series["a"].reference) > 0

@@ -1,0 +1,469 @@
+"""The HTML report, the ``pytest-hpml`` command and the example CI workflow.
+
+Documents are built the way ``Regression.document`` builds them (records judged by
+``judge_metric``), from made-up samples, so these tests run in well under a second each; one
+end-to-end run checks the plugin writes the same report.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import html
+import json
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_hpml import baselines, cli, reports
+from pytest_hpml import html as hpml_html
+from pytest_hpml.fingerprint import Fingerprint
+from pytest_hpml.regression import judge_metric
+from pytest_hpml.stats import median
+
+if TYPE_CHECKING:
+    from tests.conftest import Project
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOW = ROOT / "examples" / "ci" / "github-actions-perf.yml"
+FINGERPRINT = Fingerprint("Test CPU", 4, (), None, None, "2.14.1", "3.11", "Linux-x86_64", "ci")
+ODD_ID = "test_odd.py::test_shape[<b>&\"'x]"  # must come out escaped, never as markup
+IMG = re.compile(r"data:image/png;base64,([A-Za-z0-9+/=]+)")
+
+
+def timed(median: float, n: int = 30, seed: int = 0, reference: float = 0.01) -> dict[str, Any]:
+    """A time record: ``n`` samples scattered 3% around ``median``, reference times alike."""
+    rng = random.Random(seed)
+    return {
+        "kind": "time",
+        "unit": "s",
+        "portable": False,
+        "samples": [median * rng.uniform(0.97, 1.03) for _ in range(n)],
+        "reference": [reference * rng.uniform(0.98, 1.02) for _ in range(n)],
+    }
+
+
+def rated(record: dict[str, Any], amount: float) -> dict[str, Any]:
+    rate = {**record, "kind": "rate", "unit": "samples/s"}
+    rate["samples"] = [amount / s for s in record["samples"]]
+    return rate
+
+
+def counted(value: float) -> dict[str, Any]:
+    return {"kind": "count", "unit": "", "portable": True, "value": value, "tolerance": 0.0}
+
+
+# test id -> metric -> (baseline record or None, current record)
+CASES: dict[str, dict[str, tuple[dict[str, Any] | None, dict[str, Any]]]] = {
+    "test_a.py::test_steady": {"time": (timed(1e-3), timed(1e-3, seed=1))},
+    "test_a.py::test_slower": {
+        "time": (timed(1e-3), timed(1.5e-3, seed=2)),
+        "throughput": (rated(timed(1e-3), 32), rated(timed(1.5e-3, seed=2), 32)),
+        "params": (counted(100), counted(100)),
+    },
+    "test_a.py::test_faster": {"time": (timed(2e-3), timed(1e-3, seed=3))},
+    "test_a.py::test_few": {"time": (timed(1e-3, n=3), timed(1e-3, n=3, seed=4))},
+    ODD_ID: {"time": (None, timed(5e-6, seed=5))},
+}
+
+
+def make_document(directory: Path, mode: str = "compare") -> dict[str, Any]:
+    """A report as ``Regression.document`` writes it, against baselines in ``directory``."""
+    results = []
+    for test, metrics in CASES.items():
+        verdicts = {
+            name: dataclasses.asdict(judge_metric(current, base, 0.1))
+            for name, (base, current) in metrics.items()
+        }
+        current = {name: record for name, (_, record) in metrics.items()}
+        results.append({"test": test, "threshold": 0.1, "metrics": current, "verdicts": verdicts})
+    return {
+        "format": reports.REPORT_FORMAT,
+        "created": "2026-01-02T03:04:05Z",
+        "commit": "0123456789ab",
+        "fingerprint": FINGERPRINT.as_dict(),
+        "baseline_mode": mode,
+        "baseline_dir": str(directory),
+        "results": results,
+        "counts": reports.counts(results),
+        "errors": [],
+    }
+
+
+def write_baselines(directory: Path) -> tuple[Path, Path]:
+    """The baseline files the cases were judged against: machine and portable."""
+    machine, portable = {}, {}
+    for test, metrics in CASES.items():
+        for name, (base, _) in metrics.items():
+            if base is not None:
+                target = portable if base["portable"] else machine
+                target.setdefault(test, {})[name] = {**base, "recorded": "2026-01-01T00:00:00Z"}
+    paths = (
+        baselines.machine_path(directory, FINGERPRINT),
+        baselines.portable_path(directory, FINGERPRINT),
+    )
+    baselines.merge(paths[0], machine, {"fingerprint": FINGERPRINT.as_dict()})
+    baselines.merge(paths[1], portable, {"torch": FINGERPRINT.torch_minor})
+    return paths
+
+
+@pytest.fixture
+def stored(tmp_path: Path) -> Path:
+    """A baselines directory holding the cases' baselines."""
+    directory = tmp_path / "baselines"
+    write_baselines(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    """A document and its HTML report with the baseline samples, drawn once (about a second)."""
+    directory = tmp_path_factory.mktemp("rendered") / "baselines"
+    write_baselines(directory)
+    document = make_document(directory)
+    return document, hpml_html.render(document, hpml_html.stored_baselines(document))
+
+
+@pytest.fixture
+def report(tmp_path: Path, stored: Path) -> Path:
+    """A JSON report judged against ``stored``."""
+    path = tmp_path / "hpml.json"
+    reports.write_json(path, make_document(stored))
+    return path
+
+
+@pytest.fixture
+def corrupt(tmp_path: Path) -> Path:
+    path = tmp_path / "broken.json"
+    path.write_text('{"format": "pytest-hpml-baselines/1", "entries": {', encoding="utf-8")
+    return path
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --- the HTML report -----------------------------------------------------------------------
+
+
+def test_html_report_is_one_standalone_page(rendered: tuple[dict[str, Any], str]) -> None:
+    _, page = rendered
+    assert page.startswith("<!DOCTYPE html>")
+    assert page.count("<html") == 1
+    assert page.count("</html>") == 1
+    # nothing fetched from elsewhere: no external src/href, no stylesheet or script links
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
+    assert "<script" not in page
+    assert "<link" not in page
+    images = IMG.findall(page)
+    # the chart of changes, then one figure per test with a time or rate metric
+    assert len(images) == 1 + len(CASES)
+    assert all(base64.b64decode(data).startswith(b"\x89PNG") for data in images)
+
+
+def test_html_report_escapes_test_ids_and_shows_every_verdict(
+    rendered: tuple[dict[str, Any], str],
+) -> None:
+    document, page = rendered
+    for test in CASES:
+        assert html.escape(test) in page
+    assert ODD_ID not in page
+    assert "<b>&" not in page
+    table = page[page.index("<table>") : page.index("</table>")]
+    verdicts = [row["verdict"] for row in reports.rows(document["results"])]
+    assert set(verdicts) == {"pass", "regressed", "improved", "inconclusive", "no-baseline"}
+    assert re.findall(r"<b style='color:#\w+'>([\w-]+)</b>", table) == verdicts
+    assert "too few samples" in table  # the inconclusive verdict says why
+
+
+def test_html_report_header_has_machine_commit_and_counts(
+    rendered: tuple[dict[str, Any], str],
+) -> None:
+    document, page = rendered
+    assert "pytest-hpml benchmarks: 2 regression(s)" in page
+    assert html.escape(FINGERPRINT.label) in page
+    assert FINGERPRINT.id in page
+    assert "0123456789ab" in page
+    assert "2026-01-02T03:04:05Z" in page
+    for verdict, count in document["counts"].items():
+        assert f"{count} {verdict}</span>" in page
+
+
+def test_baseline_samples_come_from_the_compared_file_only(stored: Path) -> None:
+    document = make_document(stored)
+    entries = hpml_html.stored_baselines(document)
+    assert entries["test_a.py::test_slower"]["time"]["samples"]
+    # in update mode the file already holds this run's samples: nothing to show
+    assert hpml_html.stored_baselines(make_document(stored, mode="update")) == {}
+    assert hpml_html.stored_baselines(document, stored.parent / "elsewhere") == {}
+
+
+def test_html_report_without_matplotlib_says_how_to_install(
+    stored: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails
+    with pytest.raises(hpml_html.ReportError, match=r"needs matplotlib: pip install"):
+        hpml_html.render(make_document(stored))
+
+
+# --- the command line ----------------------------------------------------------------------
+
+
+def test_list_names_each_file_with_machine_and_counts(
+    stored: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run_cli(capsys, "list", "--dir", stored)
+    assert code == 0
+    header, *lines = out.splitlines()
+    assert header.split() == ["file", "machine", "id", "tests", "metrics"]
+    machine, portable = lines
+    assert machine.startswith(baselines.machine_path(stored, FINGERPRINT).name)
+    assert FINGERPRINT.label in machine
+    assert machine.split()[-3:] == [FINGERPRINT.id, "4", "5"]
+    assert "portable, torch 2.14" in portable
+    assert portable.split()[-2:] == ["1", "1"]
+
+
+def test_list_reports_a_corrupt_file_and_lists_the_rest(
+    stored: Path, corrupt: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corrupt.rename(stored / corrupt.name)
+    code, out, err = run_cli(capsys, "list", "--dir", stored)
+    assert code == 2
+    assert "portable-torch2.14.json" in out
+    assert f"{stored / corrupt.name} is not valid JSON" in err
+
+
+def test_list_without_the_directory_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_cli(capsys, "list", "--dir", tmp_path / "nowhere")
+    assert code == 2
+    assert err == f"pytest-hpml: error: no baseline directory {tmp_path / 'nowhere'} (see --dir)\n"
+
+
+def test_show_gives_medians_and_values(stored: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    machine, portable = (
+        baselines.machine_path(stored, FINGERPRINT),
+        baselines.portable_path(stored, FINGERPRINT),
+    )
+    code, out, _ = run_cli(capsys, "show", machine, "--test", "slower")
+    assert code == 0
+    rows = [line.split() for line in out.splitlines()[1:]]
+    assert [row[:3] for row in rows] == [
+        ["test_a.py::test_slower", "throughput", "rate"],
+        ["test_a.py::test_slower", "time", "time"],
+    ]
+    base = CASES["test_a.py::test_slower"]["time"][0]
+    assert rows[1][3:6] == [*reports.fmt(median(base["samples"]), "s").split(), "30"]
+    code, out, _ = run_cli(capsys, "show", portable, "--test", "*::test_slow*")
+    assert code == 0
+    assert out.splitlines()[1].split()[:4] == ["test_a.py::test_slower", "params", "count", "100"]
+
+
+def test_show_reads_a_report_too(report: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "show", report, "--test", "test_odd")
+    assert code == 0
+    assert ODD_ID in out
+    assert reports.fmt(median(CASES[ODD_ID]["time"][1]["samples"]), "s") in out
+
+
+def test_show_without_a_match_says_so(stored: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = baselines.machine_path(stored, FINGERPRINT)
+    code, out, _ = run_cli(capsys, "show", path, "--test", "nothing-like-it")
+    assert code == 1
+    assert "no entries match 'nothing-like-it'" in out
+
+
+def test_diff_of_two_baseline_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    header = {"fingerprint": FINGERPRINT.as_dict()}
+    slower = timed(1.2e-3, seed=9, reference=0.02)  # 20% slower on a machine half as fast
+    baselines.merge(old, {"t::a": {"time": timed(1e-3)}, "t::gone": {"n": counted(1)}}, header)
+    baselines.merge(new, {"t::a": {"time": slower}, "t::new": {"n": counted(2)}}, header)
+    code, out, _ = run_cli(capsys, "diff", old, new)
+    assert code == 0
+    rows = {tuple(line.split()[:2]): line.split()[2:] for line in out.splitlines()[1:]}
+    time_row = rows["t::a", "time"]
+    assert time_row[1] == time_row[3] == "ms"
+    change, normalized = (float(v.rstrip("%")) for v in time_row[4:])
+    assert change == pytest.approx(20, abs=2)
+    assert normalized == pytest.approx(-40, abs=3)  # in reference units: faster
+    assert rows["t::gone", "n"] == ["1", "-", "removed", "-"]
+    assert rows["t::new", "n"] == ["-", "2", "added", "-"]
+
+
+def test_diff_of_baselines_and_a_report(
+    stored: Path, report: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run_cli(capsys, "diff", baselines.machine_path(stored, FINGERPRINT), report)
+    assert code == 0
+    rows = {tuple(line.split()[:2]): line.split()[2:] for line in out.splitlines()[1:]}
+    change = float(rows["test_a.py::test_slower", "time"][4].rstrip("%"))
+    assert change == pytest.approx(50, abs=5)
+    assert rows[ODD_ID, "time"][0] == "-"
+    assert rows[ODD_ID, "time"][3] == "added"
+
+
+def test_render_writes_markdown_and_html(
+    tmp_path: Path, report: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    md, page = tmp_path / "out" / "hpml.md", tmp_path / "out" / "hpml.html"
+    code, out, _ = run_cli(capsys, "render", report, "--md", md, "--html", page)
+    assert code == 0
+    assert out == f"wrote {md}\nwrote {page}\n"
+    document = json.loads(report.read_text())
+    assert md.read_text() == reports.markdown(document)
+    assert page.read_text().count("data:image/png;base64,") == 1 + len(CASES)
+
+
+@pytest.mark.parametrize("command", ["show", "diff", "render"])
+def test_a_corrupt_file_is_a_one_line_error_naming_it(
+    command: str, corrupt: Path, report: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = {
+        "show": ["show", corrupt],
+        "diff": ["diff", report, corrupt],
+        "render": ["render", corrupt, "--md", corrupt.with_suffix(".md")],
+    }[command]
+    code, out, err = run_cli(capsys, *args)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("pytest-hpml: error: ")
+    assert f"{corrupt} is not valid JSON" in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["show", "diff", "render"])
+def test_a_missing_file_is_a_one_line_error_naming_it(
+    command: str, tmp_path: Path, report: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "missing.json"
+    args = {
+        "show": ["show", missing],
+        "diff": ["diff", missing, report],
+        "render": ["render", missing, "--html", tmp_path / "x.html"],
+    }[command]
+    code, _, err = run_cli(capsys, *args)
+    assert (code, err) == (2, f"pytest-hpml: error: no such file: {missing}\n")
+
+
+def test_render_refuses_a_baseline_file_and_needs_an_output(
+    stored: Path, report: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    portable = baselines.portable_path(stored, FINGERPRINT)
+    code, _, err = run_cli(capsys, "render", portable, "--md", stored / "x.md")
+    assert code == 2
+    assert f"{portable} is not a pytest-hpml report (format is 'pytest-hpml-baselines/1'" in err
+    code, _, err = run_cli(capsys, "render", report)
+    assert code == 2
+    assert "--md OUT and/or --html OUT" in err
+
+
+def test_render_without_matplotlib_is_an_error(
+    tmp_path: Path,
+    report: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    code, _, err = run_cli(capsys, "render", report, "--html", tmp_path / "x.html")
+    assert code == 2
+    assert "the HTML report needs matplotlib: pip install 'pytest-hpml[report]'" in err
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([])
+    assert exit_info.value.code == 2
+    assert "required: COMMAND" in capsys.readouterr().err
+
+
+def test_python_m_runs_the_cli_without_importing_torch(stored: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "pytest_hpml", "list", "--dir", str(stored)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "portable-torch2.14.json" in out.stdout
+    imported = [line.rpartition("|")[2].strip() for line in out.stderr.splitlines()]
+    assert "pytest_hpml.cli" in imported
+    assert [m for m in imported if m.partition(".")[0] in ("torch", "matplotlib")] == []
+
+
+def test_console_script_and_extras_are_declared() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["scripts"] == {"pytest-hpml": "pytest_hpml.cli:main"}
+    extras = project["optional-dependencies"]
+    assert any(req.startswith("matplotlib") for req in extras["report"])
+    assert any(req.startswith("matplotlib") for req in extras["test"])
+
+
+# --- the plugin writes the same report -----------------------------------------------------
+
+BENCH = """
+def test_sum(benchmark):
+    benchmark(sum, range(100))
+"""
+
+
+def test_plugin_writes_the_html_report(project: Project) -> None:
+    project.write_tests(BENCH)
+    assert project.run("--hpml-baseline=update", "--hpml-bench-time=0.05").ret == 0
+    project.run(
+        "--hpml-bench-time=0.05",
+        "--hpml-report=r.json",
+        "--hpml-report-html=r.html",
+        "--hpml-report-md=r.md",
+    )
+    page = (project.path / "r.html").read_text()
+    assert len(IMG.findall(page)) == 2  # the changes, the samples of test_sum
+    assert "test_inner.py::test_sum" in page
+    assert json.loads((project.path / "r.json").read_text())["format"] == reports.REPORT_FORMAT
+
+
+def test_plugin_without_matplotlib_stops_before_running(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hpml_html, "available", lambda: False)
+    project.write_tests(BENCH)
+    result = project.run("--hpml-report-html=r.html")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--hpml-report-html: the HTML report needs matplotlib" in result.stderr.str()
+
+
+# --- the example workflow ------------------------------------------------------------------
+
+
+def test_example_workflow_parses_and_uses_the_reports() -> None:
+    text = WORKFLOW.read_text()
+    for needed in (
+        "--hpml-baseline=compare",
+        "--hpml-report=hpml.json",
+        "--hpml-report-html=hpml.html",
+        '--hpml-report-md="$GITHUB_STEP_SUMMARY"',
+        "-c constraints.txt",
+        "--hpml-baseline=update",  # how baselines are refreshed, in the comment block
+        "git add baselines/",
+    ):
+        assert needed in text
+    yaml = pytest.importorskip("yaml")
+    workflow = yaml.safe_load(text)
+    triggers = workflow.get("on", workflow.get(True))  # YAML 1.1 reads a bare `on` as True
+    assert "pull_request" in triggers
+    (job,) = workflow["jobs"].values()
+    steps = {step.get("uses", "").partition("@")[0]: step for step in job["steps"]}
+    assert steps["actions/setup-python"]["with"]["python-version"] == "3.11"
+    assert steps["actions/upload-artifact"]["with"]["path"] == "hpml.html"
+    assert steps["marocchino/sticky-pull-request-comment"]["with"]["path"] == "hpml-comment.md"
+    assert "actions/checkout" in steps

@@ -1,0 +1,158 @@
+"""Statistics behind the verdicts, on seeded synthetic samples: the rank test, the effect size,
+exact comparison of deterministic metrics, and how each kind of metric is judged."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from pytest_hpml import stats
+from pytest_hpml.regression import judge_metric
+
+
+def draws(center: float, noise: float = 0.02, count: int = 40, seed: int = 0) -> list[float]:
+    """Seeded normal samples around ``center`` (noise relative to 1)."""
+    rng = random.Random(seed)
+    return [center + rng.gauss(0, noise) for _ in range(count)]
+
+
+def time_record(samples: list[float], reference: list[float] | None = None) -> dict[str, Any]:
+    return {"kind": "time", "unit": "s", "samples": samples, "reference": reference or []}
+
+
+def test_twenty_percent_slower_is_a_confident_regression() -> None:
+    result = stats.compare_samples(draws(1.2), draws(1.0, seed=1), threshold=0.1)
+    assert result.verdict == stats.REGRESSED
+    assert result.change == pytest.approx(0.2, abs=0.02)
+    assert result.confidence > 0.999
+
+
+def test_twenty_percent_faster_is_an_improvement() -> None:
+    result = stats.compare_samples(draws(0.8), draws(1.0, seed=1), threshold=0.1)
+    assert result.verdict == stats.IMPROVED
+    assert result.change == pytest.approx(-0.2, abs=0.02)
+
+
+def test_unchanged_distribution_passes() -> None:
+    result = stats.compare_samples(draws(1.0), draws(1.0, seed=1), threshold=0.1)
+    assert result.verdict == stats.PASS
+    assert abs(result.change) < 0.02
+
+
+def test_higher_is_better_turns_a_rise_into_an_improvement_and_a_fall_into_a_regression() -> None:
+    rise = stats.compare_samples(
+        draws(1.2), draws(1.0, seed=1), threshold=0.1, higher_is_worse=False
+    )
+    fall = stats.compare_samples(
+        draws(0.8), draws(1.0, seed=1), threshold=0.1, higher_is_worse=False
+    )
+    assert (rise.verdict, fall.verdict) == (stats.IMPROVED, stats.REGRESSED)
+
+
+def test_significant_shift_below_the_threshold_passes() -> None:
+    result = stats.compare_samples(draws(1.05, 0.001), draws(1.0, 0.001, seed=1), threshold=0.1)
+    assert result.verdict == stats.PASS
+    assert result.confidence > 0.999  # significant, but too small to matter
+
+
+def test_too_few_samples_is_inconclusive() -> None:
+    result = stats.compare_samples(draws(2.0, count=4), draws(1.0, seed=1), threshold=0.1)
+    assert result.verdict == stats.INCONCLUSIVE
+    assert "too few samples (4 now, 40 in the baseline, need 5)" in result.reason
+
+
+def test_large_but_noisy_change_is_inconclusive() -> None:
+    baseline = [1.0, 0.4, 1.6, 0.7, 1.3, 1.0]
+    current = [1.3, 0.5, 2.2, 0.9, 1.6, 1.5]
+    result = stats.compare_samples(current, baseline, threshold=0.1)
+    assert result.verdict == stats.INCONCLUSIVE
+    assert result.change > 0.1
+    assert "not significant" in result.reason
+
+
+def test_no_baseline_samples_is_no_baseline() -> None:
+    assert stats.compare_samples([1.0] * 5, [], threshold=0.1).verdict == stats.NO_BASELINE
+
+
+def test_mann_whitney_is_near_one_half_for_identical_samples() -> None:
+    samples = draws(1.0)
+    assert stats.mann_whitney_greater(samples, list(samples)) == pytest.approx(0.5, abs=0.05)
+    assert stats.mann_whitney_greater([1.0] * 6, [1.0] * 6) == 0.5  # all tied
+
+
+def test_mann_whitney_is_small_for_a_larger_sample_and_large_the_other_way() -> None:
+    larger, smaller = draws(1.1), draws(1.0, seed=1)
+    assert stats.mann_whitney_greater(larger, smaller) < 1e-6
+    assert stats.mann_whitney_greater(smaller, larger) > 1 - 1e-6
+
+
+@pytest.mark.parametrize(
+    ("current", "baseline", "tolerance", "higher_is_worse", "verdict"),
+    [
+        (3, 3, 0.0, True, stats.PASS),
+        (4, 3, 0.0, True, stats.REGRESSED),
+        (2, 3, 0.0, True, stats.IMPROVED),
+        (4, 3, 0.0, False, stats.IMPROVED),
+        (101, 100, 0.02, True, stats.PASS),
+        (103, 100, 0.02, True, stats.REGRESSED),
+        (1, 0, 0.5, True, stats.REGRESSED),  # any change from zero is infinite
+        (1, None, 0.0, True, stats.NO_BASELINE),
+    ],
+)
+def test_compare_value_is_exact_or_within_tolerance(
+    current: float, baseline: float | None, tolerance: float, higher_is_worse: bool, verdict: str
+) -> None:
+    result = stats.compare_value(
+        current, baseline, tolerance=tolerance, higher_is_worse=higher_is_worse
+    )
+    assert result.verdict == verdict
+
+
+def test_time_is_judged_in_units_of_the_reference_workload() -> None:
+    # Twice as slow, but so was the reference: the machine was busy, the code did not change.
+    base = time_record(draws(1.0), draws(0.5, seed=2))
+    current = time_record(draws(2.0, seed=1), draws(1.0, seed=3))
+    result = judge_metric(current, base, 0.1)
+    assert result.verdict == stats.PASS
+    assert result.raw_change == pytest.approx(1.0, abs=0.05)
+    assert result.baseline == pytest.approx(1.0, abs=0.02)  # raw medians are shown
+
+
+def test_time_without_reference_is_judged_raw() -> None:
+    result = judge_metric(time_record(draws(2.0, seed=1)), time_record(draws(1.0)), 0.1)
+    assert result.verdict == stats.REGRESSED
+
+
+def test_rate_falling_is_a_regression() -> None:
+    base = {"kind": "rate", "unit": "samples/s", "samples": draws(100.0, 2.0)}
+    current = {"kind": "rate", "unit": "samples/s", "samples": draws(50.0, 1.0, seed=1)}
+    assert judge_metric(current, base, 0.1).verdict == stats.REGRESSED
+
+
+def test_ratio_is_judged_with_its_own_tolerance() -> None:
+    base = {"kind": "ratio", "unit": "x", "samples": draws(2.0)}
+    current = {"kind": "ratio", "unit": "x", "samples": draws(1.7, seed=1), "tolerance": 0.5}
+    assert judge_metric(current, base, 0.1).verdict == stats.PASS
+    assert judge_metric({**current, "tolerance": None}, base, 0.1).verdict == stats.REGRESSED
+
+
+def test_time_with_too_few_samples_is_inconclusive() -> None:
+    result = judge_metric(time_record([1.0, 1.1, 1.2]), time_record(draws(1.0)), 0.1)
+    assert result.verdict == stats.INCONCLUSIVE
+
+
+def test_count_is_compared_exactly() -> None:
+    record = {"kind": "count", "unit": "", "value": 1, "tolerance": 0.0}
+    assert judge_metric(record, {**record, "value": 0}, 0.5).verdict == stats.REGRESSED
+    assert judge_metric(record, {**record, "value": 1}, 0.5).verdict == stats.PASS
+
+
+def test_missing_baseline_is_no_baseline_for_every_kind() -> None:
+    for record in (
+        time_record([1.0] * 5),
+        {"kind": "count", "unit": "", "value": 1},
+        {"kind": "ratio", "unit": "x", "samples": [1.0] * 5},
+    ):
+        assert judge_metric(record, None, 0.1).verdict == stats.NO_BASELINE
