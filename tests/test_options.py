@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_hpml.options import OPTIONS
+
 if TYPE_CHECKING:
     from tests.conftest import Project
 
@@ -91,45 +93,21 @@ def test_run_slow_precedence(project: Project, layers: dict[str, str], runs: boo
 
 
 def test_help_shows_the_hpml_group_with_every_option(project: Project) -> None:
+    assert {"--hpml-device", "--hpml-precision", "--hpml-baseline", "--hpml-run-slow"} <= {
+        opt.cli for opt in OPTIONS
+    }
     result = project.run("--help")
     result.stdout.fnmatch_lines(
-        [
-            "pytest-hpml: PyTorch training tests and benchmarks:",
-            "  --hpml-device=DEVICES*",
-            "  --hpml-precision=PRECISIONS*",
-            "  --hpml-backend=BACKENDS*",
-            "  --hpml-dist-backend=BACKEND*",
-            "  --hpml-workers=COUNTS*",
-            "  --hpml-seed=INT*",
-            "  --hpml-run-slow*",
-        ]
+        ["pytest-hpml: PyTorch training tests and benchmarks:", *(f"  {o.cli}*" for o in OPTIONS)]
     )
     text = " ".join(result.stdout.str().split())  # the help is wrapped to the terminal width
-    for option, default in [
-        ("device", "auto"),
-        ("precision", "fp32"),
-        ("backend", "eager"),
-        ("dist_backend", "auto"),
-        ("workers", "0"),
-        ("seed", "0"),
-        ("run_slow", "false"),
-    ]:
-        assert f"[env HPML_{option.upper()}, ini hpml_{option}; default: {default}]" in text
+    for opt in OPTIONS:
+        assert f"[env {opt.env}, ini {opt.ini}; default: {opt.default}]" in text
 
 
 def test_help_lists_the_ini_keys(project: Project) -> None:
     result = project.run("--help")
-    result.stdout.fnmatch_lines(
-        [
-            "  hpml_device (string):*",
-            "  hpml_precision (string):*",
-            "  hpml_backend (string):*",
-            "  hpml_dist_backend (string):*",
-            "  hpml_workers (string):*",
-            "  hpml_seed (string):*",
-            "  hpml_run_slow (string):*",
-        ]
-    )
+    result.stdout.fnmatch_lines([f"  {opt.ini} (string):*" for opt in OPTIONS])
 
 
 def test_markers_lists_every_hpml_marker_with_its_signature(project: Project) -> None:
