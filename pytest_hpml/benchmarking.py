@@ -15,7 +15,7 @@ import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from pytest_benchmark.fixture import BenchmarkFixture, FixtureAlreadyUsed
@@ -143,6 +143,8 @@ class Plan:
     rounds: int | None = None  # fixed schedule (pedantic), instead of the budget
     iterations: int | None = None
     warmup_rounds: int | None = None
+    device: Any = None  # where peak memory is measured
+    after_warmup: Callable[[], None] = lambda: None  # e.g. a snapshot of dynamo's counters
 
 
 def _timed(plan: Plan, fn: Callable[[], Any], calls: int) -> tuple[float, Any]:
@@ -201,6 +203,7 @@ def measure(
         for _ in range(3):  # the reference's own first calls are slow too
             plan.reference.time(plan.timer)
     _warm_up(plan, targets, series)
+    plan.after_warmup()
     for name, fn in targets.items():
         estimate = max(_timed(plan, fn, 1)[0], 1e-9)
         series[name].iterations = plan.iterations or max(
@@ -271,10 +274,14 @@ def model_size(model: Any) -> tuple[int, int]:
 
 def count_flops(fn: Callable[[], Any]) -> int | None:
     """FLOPs of one call, counted by torch's FlopCounterMode (None if it cannot run under it)."""
+    import warnings
+
     from torch.utils.flop_counter import FlopCounterMode
 
     try:
-        with FlopCounterMode(display=False) as counter:
+        with warnings.catch_warnings(), FlopCounterMode(display=False) as counter:
+            # The counter's global module hooks make a compiled module warn; counting is fine.
+            warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)`")
             fn()
     except Exception:  # e.g. a compiled graph that cannot run under a dispatch mode
         return None
@@ -342,10 +349,13 @@ class HpmlBenchmark(BenchmarkFixture):
         self._claim("benchmark(...)")
         if self.disabled:
             return call()
-        series, results = measure({"time": call}, self._plan)
+        compiled = DynamoCounters()
+        series, results = measure({"time": call}, replace(self._plan, after_warmup=compiled.mark))
         self._feed(series["time"])
         self.metrics["time"] = time_metric(series["time"])
         self._describe(call, series["time"])
+        for name, value in compiled.metrics().items():
+            self.record(name, value)
         return results["time"]
 
     def variants(
@@ -457,7 +467,7 @@ class HpmlBenchmark(BenchmarkFixture):
         self.extra_info["hpml_first_call_s"] = series.first_call
 
     def _describe(self, call: Callable[[], Any] | None, series: Series) -> None:
-        """Metrics besides time: throughput, parameters, FLOPs and FLOP/s."""
+        """Metrics besides time: throughput, parameters, FLOPs, FLOP/s and peak memory."""
         if self._batch_size:
             self.metrics["throughput"] = rate_metric(series, self._batch_size, "samples/s")
         if self._model is not None:
@@ -469,6 +479,78 @@ class HpmlBenchmark(BenchmarkFixture):
             if flops:
                 self.record("flops", flops, unit="FLOP")
                 self.metrics["flop_rate"] = rate_metric(series, flops, "FLOP/s")
+            self._record_memory(call)
+
+    def _record_memory(self, call: Callable[[], Any]) -> None:
+        """Peak memory of one call: CUDA's allocator on a GPU (same GPU model and torch only),
+        else the tensors the call allocates, which is the same on any machine."""
+        device = self._plan.device
+        if getattr(device, "type", None) == "cuda":
+            peak = cuda_peak_memory(call, device, self._plan.sync)
+            self.record("peak_memory", peak, unit="B", tolerance=0.05, portable=False)
+        elif getattr(device, "type", "cpu") == "cpu":
+            peak = tracked_peak_memory(call)
+            if peak is not None:
+                self.record("peak_memory", peak, unit="B")
+
+
+def cuda_peak_memory(call: Callable[[], Any], device: Any, sync: Callable[[], None]) -> int:
+    """Bytes CUDA's caching allocator held at most during one call, above what was there."""
+    import torch
+
+    sync()
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    call()
+    sync()
+    return int(torch.cuda.max_memory_allocated(device) - before)
+
+
+def tracked_peak_memory(call: Callable[[], Any]) -> int | None:
+    """Most bytes of tensor storage that one call had allocated at once (its own allocations,
+    freed ones subtracted), counted by a dispatch mode: the same from run to run."""
+    from .memory import StorageTracker
+
+    try:
+        with StorageTracker() as tracker:
+            call()
+    except Exception:  # e.g. compiled code that cannot run under a dispatch mode
+        return None
+    return tracker.peak
+
+
+class DynamoCounters:
+    """Graphs, graph breaks and recompilations of compiled code during a measurement, from
+    dynamo's counters (nothing when torch.compile is not in use)."""
+
+    def __init__(self) -> None:
+        self.start = self.warm = _dynamo_counts()
+
+    def mark(self) -> None:
+        self.warm = _dynamo_counts()
+
+    def metrics(self) -> dict[str, int]:
+        if self.start is None or self.warm is None:
+            return {}
+        end = _dynamo_counts()
+        graphs = self.warm["graphs"] - self.start["graphs"]
+        if graphs <= 0:
+            return {}
+        return {
+            "graphs": graphs,
+            "graph_breaks": self.warm["breaks"] - self.start["breaks"],
+            "recompiles": end["graphs"] - self.warm["graphs"],
+        }
+
+
+def _dynamo_counts() -> dict[str, int] | None:
+    if "torch._dynamo" not in sys.modules:
+        return None
+    from torch._dynamo.utils import counters
+
+    # An explicit break counts under graph_break, an unsupported construct under unimplemented.
+    breaks = sum(counters["graph_break"].values()) + sum(counters["unimplemented"].values())
+    return {"graphs": counters["stats"]["unique_graphs"], "breaks": breaks}
 
 
 def _bind(

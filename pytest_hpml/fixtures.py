@@ -214,6 +214,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Any:
         disable_gc=benchmark._disable_gc,
         timer=benchmark._timer,
         sync=sync,
+        device=device,
         # A pure-Python benchmark need not pay for importing torch.
         reference=Reference(device, sync) if "torch" in sys.modules else None,
     )

@@ -166,7 +166,9 @@ def test_track_records_parameters_flops_throughput_and_flop_rate(project: Projec
     [counted] = project.records()
     portable = project.stored("portable")["test_inner.py::test_tracked"]
     machine = project.stored("machine")["test_inner.py::test_tracked"]
-    assert {k: v["value"] for k, v in portable.items()} == {
+    values = {k: v["value"] for k, v in portable.items()}
+    assert values.pop("peak_memory") >= 4 * 8 * 4  # at least the output; exact value: below
+    assert values == {
         "params": 16 * 8 + 8,
         "param_bytes": (16 * 8 + 8) * 4,
         "flops": counted["flops"],
@@ -176,6 +178,44 @@ def test_track_records_parameters_flops_throughput_and_flop_rate(project: Projec
     assert_per_round(machine["flop_rate"], counted["flops"], machine["time"])
     marked = project.stored("machine")["test_inner.py::test_marked"]
     assert_per_round(marked["throughput"], 32, marked["time"])
+
+
+def test_tracked_peak_memory_is_the_same_from_run_to_run(project: Project) -> None:
+    project.write_tests(TRACKED)
+    peaks = []
+    for _ in range(2):
+        project.bench("--hpml-baseline=update").assert_outcomes(passed=2)
+        peaks.append(project.stored("portable")["test_inner.py::test_tracked"]["peak_memory"])
+    assert peaks[0]["value"] == peaks[1]["value"] > 0
+    assert peaks[0]["unit"] == "B"
+
+
+COMPILED = """
+import torch
+
+
+def test_broken(benchmark):
+    def step(x):
+        y = x.sin()
+        torch._dynamo.graph_break()
+        return y.cos()
+
+    compiled = torch.compile(step, backend="eager")
+    benchmark(compiled, torch.ones(4))
+
+
+def test_eager(benchmark):
+    benchmark(torch.ones(4).sin)
+"""
+
+
+def test_compiled_code_records_graphs_breaks_and_recompiles(project: Project) -> None:
+    project.write_tests(COMPILED)
+    project.bench("--hpml-baseline=update").assert_outcomes(passed=2)
+    stored = project.stored("portable")
+    broken = {k: v["value"] for k, v in stored["test_inner.py::test_broken"].items()}
+    assert broken == {"graphs": 2, "graph_breaks": 1, "recompiles": 0}
+    assert "test_inner.py::test_eager" not in stored  # nothing compiled, no compile metrics
 
 
 def test_variants_record_each_time_and_paired_speedups(project: Project) -> None:

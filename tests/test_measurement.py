@@ -85,3 +85,15 @@ def test_variants_are_measured_in_the_same_rounds_with_their_reference() -> None
     assert series["a"].reference == series["b"].reference  # the same reference run per round
     assert len(series["a"].reference) == 5
     assert min(series["a"].reference) > 0
+
+
+def test_storage_tracker_counts_live_tensor_bytes_at_their_peak() -> None:
+    from pytest_hpml.memory import StorageTracker
+
+    with StorageTracker() as tracker:
+        first = torch.ones(1000)  # 4000 B
+        second = first + 1  # 8000 B live
+        del first  # 4000 B live
+        third = second * 2  # 8000 B live again
+    assert (tracker.peak, tracker.live) == (8000, 8000)
+    assert third.sum().item() == 4000

@@ -1,0 +1,53 @@
+"""Peak tensor memory on any device, counted the same way on every machine."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+
+class StorageTracker(TorchDispatchMode):
+    """Counts the bytes of tensor storages created by ops while active, freed ones subtracted.
+
+    torch keeps one Python object per storage while it lives, so a weak reference to it says
+    when the memory is released, also for tensors that autograd holds for backward.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self._tracked: dict[int, weakref.finalize] = {}
+
+    def _release(self, key: int, size: int) -> None:
+        self.live -= size
+        self._tracked.pop(key, None)
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for value in tree_flatten(out)[0]:
+            if isinstance(value, torch.Tensor) and value.device.type != "meta":
+                storage = value.untyped_storage()
+                key = id(storage)
+                if key not in self._tracked:
+                    size = storage.nbytes()
+                    self.live += size
+                    self.peak = max(self.peak, self.live)
+                    self._tracked[key] = weakref.finalize(storage, self._release, key, size)
+        return out
+
+    def __exit__(self, *exc: Any) -> None:
+        for finalizer in self._tracked.values():
+            finalizer.detach()  # storages outliving the call must not touch a finished count
+        self._tracked.clear()
+        return super().__exit__(*exc)
