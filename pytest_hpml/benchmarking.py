@@ -14,13 +14,12 @@ import gc
 import math
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from pytest_benchmark.fixture import BenchmarkFixture, FixtureAlreadyUsed
 
-from .stats import median
+from .stats import median, normalize
 
 Timer = Callable[[], float]
 
@@ -108,24 +107,6 @@ class Series:
     def normalized(self) -> list[float]:
         """Samples divided by this run's typical reference time (unitless)."""
         return normalize(self.samples, self.reference)
-
-
-def normalize(
-    samples: Sequence[float], reference: Sequence[float], per_second: bool = False
-) -> list[float]:
-    """Express each sample in units of the reference time measured just before its round.
-
-    Pairing each round with its own reference follows the machine's speed from moment to
-    moment (measured: 1.75% spread between processes against 2.1% for the run's median
-    reference and 16% raw). When rounds and references do not pair up, the run's median
-    reference is the unit. ``per_second`` metrics (rates) are multiplied instead.
-    """
-    if not reference:
-        return list(samples)
-    units = reference if len(reference) == len(samples) else [median(reference)] * len(samples)
-    if per_second:
-        return [s * u for s, u in zip(samples, units)]
-    return [s / u for s, u in zip(samples, units)]
 
 
 @dataclass

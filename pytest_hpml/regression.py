@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from . import baselines, fingerprint, markers, reports, stats
-from .benchmarking import normalize
 from .devices import hardware
 from .fixtures import BENCHMARK_KEY
 from .options import SETTINGS_KEY, Settings
@@ -281,7 +280,9 @@ def _comparable(run: dict[str, Any], normalized: bool, kind: str | None = None) 
     """A run's samples in units of its reference time when every run measured it, else raw."""
     if not normalized:
         return run["samples"]
-    return normalize(run["samples"], run["reference"], per_second=(kind or run["kind"]) == "rate")
+    return stats.normalize(
+        run["samples"], run["reference"], per_second=(kind or run["kind"]) == "rate"
+    )
 
 
 def compact(record: dict[str, Any]) -> dict[str, Any]:
