@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from pytest_benchmark.fixture import BenchmarkFixture, FixtureAlreadyUsed
 
-from .stats import median, normalize
+from .stats import median
 
 Timer = Callable[[], float]
 
@@ -103,10 +103,6 @@ class Series:
     @property
     def median(self) -> float:
         return median(self.samples)
-
-    def normalized(self) -> list[float]:
-        """Samples divided by this run's typical reference time (unitless)."""
-        return normalize(self.samples, self.reference)
 
 
 @dataclass
