@@ -246,10 +246,10 @@ def _normalized_change(old: dict[str, Any] | None, new: dict[str, Any] | None) -
         return "-"
     if new.get("kind") not in ("time", "rate") or not (center(old) and center(new)):
         return "-"
-    speed = stats.median(old["reference"]) / stats.median(new["reference"])
-    ratio = center(new) / center(old)
-    ratio *= speed if new["kind"] == "time" else 1 / speed
-    return f"{ratio - 1:+.1%}"
+    per_second = new["kind"] == "rate"
+    before = stats.median(stats.normalize(old["samples"], old["reference"], per_second))
+    after = stats.median(stats.normalize(new["samples"], new["reference"], per_second))
+    return f"{after / before - 1:+.1%}"
 
 
 def run_render(args: argparse.Namespace) -> int:

@@ -85,7 +85,8 @@ def render(document: dict[str, Any], baselines: Baselines | None = None) -> str:
 def stored_baselines(document: dict[str, Any], directory: Path | None = None) -> dict[str, Any]:
     """The entries of the machine baseline file the document was compared with, or ``{}``.
 
-    In update mode the file already holds this run's samples, so there is nothing to show.
+    The plugin passes ``directory`` (it writes reports before recording). Read later, a report
+    of an update run would find its own samples there, so only compare runs are looked up.
     """
     from .baselines import BaselineError, load, machine_path
     from .fingerprint import Fingerprint
@@ -323,10 +324,11 @@ def _groups(record: Mapping[str, Any], base: Mapping[str, Any] | None) -> dict[s
         return {"current": samples}
     groups = {"baseline": list(base["samples"]), "current": samples}
     if record.get("reference") and base.get("reference"):
-        ratio = stats.median(base["reference"]) / stats.median(record["reference"])
-        if record["kind"] == "rate":
-            ratio = 1 / ratio
-        groups["current\nnormalized"] = [s * ratio for s in samples]
+        # Judged in reference units (stats.normalize); drawn in the baseline's units.
+        per_second = record["kind"] == "rate"
+        unit = stats.median(base["reference"])
+        normalized = stats.normalize(samples, record["reference"], per_second)
+        groups["current\nnormalized"] = [s / unit if per_second else s * unit for s in normalized]
     return groups
 
 

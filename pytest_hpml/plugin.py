@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from . import fixtures, header, markers, options
+from . import fixtures, header, markers, options, reports
 from .devices import hardware
 from .fixtures import check_selection, parametrize, settings, uses_hpml
 from .regression import regression
@@ -30,19 +30,8 @@ def pytest_configure(config: pytest.Config) -> None:
     markers.register(config)
     config.pluginmanager.register(fixtures, "hpml-fixtures")
     config.stash[options.SETTINGS_KEY] = options.resolve(config)
-    _check_html_report(config.stash[options.SETTINGS_KEY])
+    reports.check_html(config.stash[options.SETTINGS_KEY])
     config.pluginmanager.register(regression(config), "hpml-regression")
-
-
-def _check_html_report(chosen: options.Settings) -> None:
-    """Fail at the start, not after the benchmarks have run: the HTML report needs matplotlib."""
-    if not chosen.report_html:
-        return
-    from .html import INSTALL_HINT, available
-
-    if not available():
-        where = chosen.sources.get("report_html", "--hpml-report-html")
-        raise pytest.UsageError(f"{where}: the HTML report needs matplotlib; {INSTALL_HINT}")
 
 
 @pytest.hookimpl

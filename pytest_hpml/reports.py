@@ -151,9 +151,22 @@ def write_markdown(path: Path, document: dict[str, Any]) -> None:
     write_atomic(path, text)
 
 
+def check_html(chosen: Any) -> None:
+    """Fail at the start, not after the benchmarks have run: the HTML report needs matplotlib."""
+    if not chosen.report_html:
+        return
+    import pytest
+
+    from .html import INSTALL_HINT, available
+
+    if not available():
+        where = chosen.sources.get("report_html", "--hpml-report-html")
+        raise pytest.UsageError(f"{where}: the HTML report needs matplotlib; {INSTALL_HINT}")
+
+
 def write_html(path: Path, document: dict[str, Any]) -> None:
     """A standalone HTML report (see :mod:`pytest_hpml.html`)."""
     from .baselines import write_atomic
     from .html import render, stored_baselines
 
-    write_atomic(path, render(document, stored_baselines(document)))
+    write_atomic(path, render(document, stored_baselines(document, Path(document["baseline_dir"]))))
