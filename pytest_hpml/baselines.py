@@ -15,10 +15,11 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable
 
+from . import stats
 from .fingerprint import Fingerprint
 
 FORMAT = "pytest-hpml-baselines/1"
@@ -38,6 +39,31 @@ def machine_path(directory: Path, fp: Fingerprint) -> Path:
 
 def portable_path(directory: Path, fp: Fingerprint) -> Path:
     return directory / f"portable-torch{fp.torch_minor}.json"
+
+
+def runs(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The process runs of a sampled metric: its own, those of the other processes of its
+    session (``processes``) and, for a stored one, those kept by append (``earlier``)."""
+    return [record, *record.get("processes", ()), *record.get("earlier", ())]
+
+
+def pooled(process_runs: Sequence[Mapping[str, Any]], key: str = "samples") -> list[float]:
+    """One field (samples, reference) of several process runs, together."""
+    return [s for run in process_runs for s in run[key]]
+
+
+def normalized(
+    process_runs: Sequence[Mapping[str, Any]], per_second: bool = False
+) -> list[float] | None:
+    """Pooled samples, each run's in units of its own reference workload (what verdicts
+    judge); None unless every run timed the reference."""
+    if not all(run.get("reference") for run in process_runs):
+        return None
+    return [
+        s
+        for run in process_runs
+        for s in stats.normalize(run["samples"], run["reference"], per_second)
+    ]
 
 
 def load(path: Path) -> dict[str, Any]:

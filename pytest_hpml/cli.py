@@ -127,9 +127,11 @@ def load_entries(path: Path) -> Entries:
 
 
 def center(record: dict[str, Any]) -> float | None:
-    """The number that stands for a record: its samples' median, or its value."""
-    samples = record.get("samples")
-    return stats.median(samples) if samples else record.get("value")
+    """The number that stands for a record: its samples' median (every process run), or its
+    value."""
+    if not record.get("samples"):
+        return record.get("value")
+    return stats.median(baselines.pooled(baselines.runs(record)))
 
 
 # --- commands --------------------------------------------------------------------------------
@@ -193,13 +195,14 @@ def _matches(test: str, pattern: str | None) -> bool:
 
 
 def _record_row(test: str, name: str, record: dict[str, Any]) -> dict[str, str]:
-    samples = record.get("samples")
+    process_runs = baselines.runs(record) if record.get("samples") else []
+    count = len(baselines.pooled(process_runs))
     return {
         "test": test,
         "metric": name,
         "kind": str(record.get("kind", "?")),
         "median/value": reports.fmt(center(record), record.get("unit", "")),
-        "samples": str(len(samples)) if samples else "-",
+        "samples": f"{count} ({len(process_runs)} runs)" if process_runs else "-",
         "recorded": record.get("recorded") or "-",
         "commit": record.get("commit") or "-",
     }
@@ -242,14 +245,16 @@ def _diff_row(
 def _normalized_change(old: dict[str, Any] | None, new: dict[str, Any] | None) -> str:
     """The change in units of each run's reference workload (time and rate only), which is
     what a verdict judges: comparable across machines and loads."""
-    if not (old and new and old.get("reference") and new.get("reference")):
+    if not (old and new) or new.get("kind") not in ("time", "rate"):
         return "-"
-    if new.get("kind") not in ("time", "rate") or not (center(old) and center(new)):
+    if not (center(old) and center(new)):
         return "-"
     per_second = new["kind"] == "rate"
-    before = stats.median(stats.normalize(old["samples"], old["reference"], per_second))
-    after = stats.median(stats.normalize(new["samples"], new["reference"], per_second))
-    return f"{after / before - 1:+.1%}"
+    before = baselines.normalized(baselines.runs(old), per_second)
+    after = baselines.normalized(baselines.runs(new), per_second)
+    if not (before and after):
+        return "-"
+    return f"{stats.median(after) / stats.median(before) - 1:+.1%}"
 
 
 def run_render(args: argparse.Namespace) -> int:

@@ -203,13 +203,13 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Any:
     import sys
 
     from .benchmarking import HpmlBenchmark, Plan, Reference, synchronizer
+    from .regression import regression
 
-    chosen = settings(request.config)
     device = request.getfixturevalue("device") if "device" in request.fixturenames else None
     sync = synchronizer(device)
     _, batch_size = markers.bench_settings(request.node.get_closest_marker("hpml_bench"))
     plan = Plan(
-        budget=chosen.bench_time,
+        budget=regression(request.config).budget(request.node.nodeid),
         min_rounds=benchmark._min_rounds,
         disable_gc=benchmark._disable_gc,
         timer=benchmark._timer,

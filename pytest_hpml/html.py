@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import reports, stats
+from . import baselines, reports, stats
 
 Baselines = Mapping[str, Mapping[str, Mapping[str, Any]]]  # test id -> metric -> record
 
@@ -319,15 +319,16 @@ def _panel(ax: Any, name: str, result: dict[str, Any], base: Mapping[str, Any] |
 def _groups(record: Mapping[str, Any], base: Mapping[str, Any] | None) -> dict[str, list[float]]:
     """What to draw: baseline, current and, where both runs timed the reference workload,
     current in the baseline's units (the rule of ``regression._comparable``)."""
-    samples = list(record["samples"])
+    current = baselines.runs(record)
     if not base or not base.get("samples"):
-        return {"current": samples}
-    groups = {"baseline": list(base["samples"]), "current": samples}
-    if record.get("reference") and base.get("reference"):
+        return {"current": baselines.pooled(current)}
+    stored = baselines.runs(base)
+    groups = {"baseline": baselines.pooled(stored), "current": baselines.pooled(current)}
+    per_second = record["kind"] == "rate"
+    normalized = baselines.normalized(current, per_second)
+    if normalized and baselines.normalized(stored):
         # Judged in reference units (stats.normalize); drawn in the baseline's units.
-        per_second = record["kind"] == "rate"
-        unit = stats.median(base["reference"])
-        normalized = stats.normalize(samples, record["reference"], per_second)
+        unit = stats.median(baselines.pooled(stored, "reference"))
         groups["current\nnormalized"] = [s / unit if per_second else s * unit for s in normalized]
     return groups
 

@@ -155,6 +155,14 @@ def parse_seconds(value: str) -> float:
     return seconds
 
 
+def parse_processes(value: str) -> int:
+    """A whole number of processes, 1 to 16."""
+    text = str(value).strip()
+    if not text.isdecimal() or not 1 <= int(text) <= 16:
+        raise argparse.ArgumentTypeError(f"expected 1 to 16 processes, got {value!r}")
+    return int(text)
+
+
 def parse_text(value: str) -> str:
     return str(value).strip()
 
@@ -270,7 +278,7 @@ OPTIONS: tuple[Option, ...] = (
         "smallest relative change of a time metric that counts as a regression or improvement "
         "(a fraction: 0.1 means 10 percent); the hpml_bench marker overrides it per test",
         parse_fraction,
-        "0.1",
+        "0.07",
         "FRACTION",
     ),
     Option(
@@ -280,6 +288,16 @@ OPTIONS: tuple[Option, ...] = (
         parse_seconds,
         "3",
         "SECONDS",
+    ),
+    Option(
+        "processes",
+        "processes",
+        "fresh processes each benchmark is measured in when it is recorded or compared with a "
+        "baseline; they share --hpml-bench-time, and pooling them cancels what is peculiar to "
+        "one process (memory layout, core placement), which per-round normalization cannot",
+        parse_processes,
+        "3",
+        "N",
     ),
     Option(
         "machine",
@@ -339,6 +357,7 @@ class Settings:
     baseline_dir: str
     threshold: float
     bench_time: float
+    processes: int
     machine: str
     report: str
     report_md: str

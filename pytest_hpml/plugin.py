@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from . import fixtures, header, markers, options, reports
+from . import fixtures, header, markers, options, processes, reports
 from .devices import hardware
 from .fixtures import check_selection, parametrize, settings, uses_hpml
 from .regression import regression
@@ -30,6 +30,10 @@ def pytest_configure(config: pytest.Config) -> None:
     markers.register(config)
     config.pluginmanager.register(fixtures, "hpml-fixtures")
     config.stash[options.SETTINGS_KEY] = options.resolve(config)
+    asked = processes.rerun_request()
+    if asked is not None:  # a process started to measure benchmarks again
+        config.stash[options.SETTINGS_KEY] = processes.rerun_settings(settings(config), asked)
+        config.pluginmanager.register(processes.Rerun(asked), "hpml-rerun")
     reports.check_html(config.stash[options.SETTINGS_KEY])
     config.pluginmanager.register(regression(config), "hpml-regression")
 

@@ -17,14 +17,15 @@ from typing import Any
 
 import pytest
 
-from . import baselines, fingerprint, markers, reports, stats
+from . import baselines, fingerprint, markers, processes, reports, stats
+from .baselines import normalized, pooled, runs
 from .devices import hardware
 from .fixtures import BENCHMARK_KEY
 from .options import SETTINGS_KEY, Settings
 
 PROPERTY = "hpml_benchmark"
 MAX_STORED_SAMPLES = 400
-EARLIER_RUNS = 4  # runs kept besides the latest by --hpml-baseline=append
+EARLIER_RUNS = 6  # process runs kept besides the latest run's by --hpml-baseline=append
 RUN_FIELDS = ("samples", "reference", "recorded", "commit")
 
 
@@ -43,6 +44,7 @@ class Regression:
         self.errors: list[str] = []
         self._files: dict[Path, dict[str, Any] | None] = {}
         self.written: list[Path] = []
+        self.reruns: processes.Reruns | None = None
 
     @cached_property
     def fingerprint(self) -> fingerprint.Fingerprint:
@@ -55,7 +57,9 @@ class Regression:
 
     def stored(self, test: str, name: str, record: dict[str, Any]) -> dict[str, Any] | None:
         """The baseline of one metric, or None; an unreadable file is reported once."""
-        path = self.path_for(record)
+        return self._entries(self.path_for(record)).get(test, {}).get(name)
+
+    def _entries(self, path: Path) -> dict[str, Any]:
         if path not in self._files:
             try:
                 self._files[path] = baselines.load(path)
@@ -63,7 +67,39 @@ class Regression:
                 self._files[path] = None
                 self.errors.append(str(exc))
         data = self._files[path]
-        return None if data is None else data["entries"].get(test, {}).get(name)
+        return {} if data is None else data["entries"]
+
+    def processes_for(self, test: str) -> int:
+        """How many processes measure ``test``: all of --hpml-processes when recording, or when
+        comparing with a stored time baseline (else one: nothing to be precise against)."""
+        mode, count = self.settings.baseline, self.settings.processes
+        if count == 1 or mode == "off":
+            return 1
+        if mode in ("update", "append"):
+            return count
+        stored = self._entries(baselines.machine_path(self.directory, self.fingerprint))
+        return count if stored.get(test) else 1
+
+    def budget(self, test: str) -> float:
+        """Seconds of rounds for ``test`` in this process: its processes share --hpml-bench-time."""
+        return self.settings.bench_time / self.processes_for(test)
+
+    def measure_again(self) -> None:
+        """Measure the sampled benchmarks in the other processes and judge the pooled runs."""
+        tests = [
+            r["test"] for r in self.results if _sampled(r) and self.processes_for(r["test"]) > 1
+        ]
+        if not tests:
+            return
+        count = self.settings.processes
+        self.reruns = processes.measure_again(
+            self.config, tests, count - 1, self.settings.bench_time / count
+        )
+        for result in self.results:
+            if processes.pool([result], self.reruns):
+                result["verdicts"] = self.judge(
+                    result["test"], result["metrics"], result["threshold"]
+                )
 
     def judge(self, test: str, metrics: dict[str, Any], threshold: float) -> dict[str, Any]:
         """Verdicts for every metric of one test (all ``no-baseline`` when mode is off)."""
@@ -153,6 +189,8 @@ class Regression:
         """Record baselines, write the JSON report and fail the session on a regression."""
         if not self.controller or not (self.results or self.errors):
             return
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+            self.measure_again()
         self.write_reports()  # before recording: the reports show what the run was judged against
         if self.settings.baseline in ("update", "append"):
             self.written = self.write()
@@ -184,6 +222,14 @@ class Regression:
                 "hpml: improved; refresh their baselines with: pytest --hpml-baseline=update "
                 + " ".join(improved)
             )
+        if self.reruns is not None:
+            tests = len(self.reruns.runs)
+            tr.write_line(
+                f"hpml: {tests} benchmark(s) measured in {self.settings.processes} processes "
+                f"(the others took {self.reruns.seconds:.1f} s)"
+            )
+            for note in self.reruns.notes:
+                tr.write_line(f"hpml: {note}; judged on fewer processes", yellow=True)
         for path in self.written:
             tr.write_line(f"hpml: baselines recorded in {path}")
         for error in self.errors:
@@ -226,13 +272,13 @@ def append(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     processes is steadier than one process's); deterministic values are replaced."""
     if old is None or "samples" not in new or old.get("kind") != new.get("kind"):
         return new
-    earlier = [{k: old[k] for k in RUN_FIELDS if k in old}, *old.get("earlier", ())]
+    stamp = {k: old[k] for k in ("recorded", "commit") if k in old}
+    earlier = [{**stamp, **{k: run[k] for k in RUN_FIELDS if k in run}} for run in runs(old)]
     return {**new, "earlier": earlier[:EARLIER_RUNS]}
 
 
-def runs(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """The runs of a stored sampled metric: the latest and those kept by append."""
-    return [record, *record.get("earlier", ())]
+def _sampled(result: dict[str, Any]) -> bool:
+    return any(m.get("kind") in processes.SAMPLED for m in result["metrics"].values())
 
 
 def _has(result: dict[str, Any], verdict: str) -> bool:
@@ -251,43 +297,40 @@ def judge_metric(
             tolerance=record.get("tolerance") or 0.0,
             higher_is_worse=record.get("higher_is_worse", True),
         )
+    current = runs(record)
     if base is None:
-        return stats.Comparison(stats.NO_BASELINE, current=stats.median(record["samples"]))
+        return stats.Comparison(stats.NO_BASELINE, current=stats.median(pooled(current)))
     stored = runs(base)
     if kind == "ratio":
         return stats.compare_samples(
-            record["samples"],
-            [s for run in stored for s in run["samples"]],
+            pooled(current),
+            pooled(stored),
             threshold=record.get("tolerance") or threshold,
             higher_is_worse=False,
         )
-    normalized = all(run.get("reference") for run in [record, *stored])
+    now, then = normalized(current, kind == "rate"), normalized(stored, kind == "rate")
+    if now is None or then is None:  # a run without the reference: compare raw times
+        now, then = pooled(current), pooled(stored)
     result = stats.compare_samples(
-        _comparable(record, normalized),
-        [s for run in stored for s in _comparable(run, normalized, kind)],
+        now,
+        then,
         threshold=threshold,
         higher_is_worse=kind == "time",
     )
     # Judged on normalized samples; the raw medians are what people recognize.
-    raw_base = stats.median([s for run in stored for s in run["samples"]])
-    raw_current = stats.median(record["samples"])
+    raw_base = stats.median(pooled(stored))
+    raw_current = stats.median(pooled(current))
     return dataclasses.replace(
         result, baseline=raw_base, current=raw_current, raw_change=raw_current / raw_base - 1
     )
 
 
-def _comparable(run: dict[str, Any], normalized: bool, kind: str | None = None) -> list[float]:
-    """A run's samples in units of its reference time when every run measured it, else raw."""
-    if not normalized:
-        return run["samples"]
-    return stats.normalize(
-        run["samples"], run["reference"], per_second=(kind or run["kind"]) == "rate"
-    )
-
-
 def compact(record: dict[str, Any]) -> dict[str, Any]:
-    """What is stored: samples thinned evenly to at most MAX_STORED_SAMPLES, 5 digits each."""
+    """What is stored: samples thinned evenly to at most MAX_STORED_SAMPLES a process run,
+    5 digits each."""
     out = dict(record)
+    if "processes" in out:
+        out["processes"] = [compact(run) for run in out["processes"]]
     for key in ("samples", "reference"):
         values = out.get(key)
         if values:

@@ -85,6 +85,7 @@ SOURCES = ("cli", "env", "ini", "toml")
 # Inner benchmark runs measure briefly: what is asserted about them holds under any noise.
 BENCH_TIME = "--hpml-bench-time=0.2"
 
+
 # A pure-Python workload timed with ``benchmark``; WORK_SCALE multiplies the work it does.
 WORK = """
 import os
@@ -134,6 +135,8 @@ class Project:
         self.monkeypatch = monkeypatch
         self.path = pytester.path
         monkeypatch.setenv("COLUMNS", "200")  # skip reasons and help lines are not cut short
+        # Benchmarks are measured in this process alone unless a test asks for more.
+        monkeypatch.setenv("HPML_PROCESSES", "1")
         pytester.makeconftest(INNER_CONFTEST)
 
     def write_probe(self) -> None:

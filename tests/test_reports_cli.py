@@ -262,7 +262,7 @@ def test_show_gives_medians_and_values(stored: Path, capsys: pytest.CaptureFixtu
         ["test_a.py::test_slower", "time", "time"],
     ]
     base = CASES["test_a.py::test_slower"]["time"][0]
-    assert rows[1][3:6] == [*reports.fmt(median(base["samples"]), "s").split(), "30"]
+    assert rows[1][3:7] == [*reports.fmt(median(base["samples"]), "s").split(), "30", "(1"]
     code, out, _ = run_cli(capsys, "show", portable, "--test", "*::test_slow*")
     assert code == 0
     assert out.splitlines()[1].split()[:4] == ["test_a.py::test_slower", "params", "count", "100"]
