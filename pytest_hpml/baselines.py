@@ -10,7 +10,6 @@ interrupted run never leaves a half-written file and pytest-xdist workers lose n
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -119,20 +118,20 @@ def dumps(data: dict[str, Any]) -> str:
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """An exclusive lock for ``path`` across processes (xdist workers), kept outside the repo."""
-    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
-    lock_path = Path(tempfile.gettempdir()) / f"pytest-hpml-{key}.lock"
-    with open(lock_path, "a+") as handle:
-        try:
-            import fcntl
-        except ImportError:  # Windows: no flock; writes stay atomic but may race
-            yield
-            return
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    """An exclusive lock for the files of ``path``'s directory across processes (xdist
+    workers): the directory itself is locked, so no lock file is left anywhere."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; writes stay atomic but may race
+        yield
+        return
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,6 +104,18 @@ def test_merge_keeps_the_metrics_not_updated(tmp_path: Path) -> None:
     baselines.merge(path, {"t": {"a": {"value": 3}}, "u": {"a": {"value": 4}}}, {})
     entries = baselines.load(path)["entries"]
     assert entries == {"t": {"a": {"value": 3}, "b": {"value": 2}}, "u": {"a": {"value": 4}}}
+
+
+def test_merge_leaves_nothing_but_the_baseline_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    path = tmp_path / "baselines" / "portable-torch2.0.json"
+    baselines.merge(path, {"t": {"a": {"value": 1}}}, {})
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+    assert list(temp.iterdir()) == []  # the lock is on the directory, not in a lock file
 
 
 def test_xdist_workers_lose_no_entry(project: Project) -> None:
