@@ -10,12 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["CompileBackend", "Precision", "__version__"]
+__all__ = ["CompileBackend", "Precision", "__version__", "assert_optimizer_matches"]
 
-_PUBLIC = {"CompileBackend": "compile", "Precision": "precision"}
+_PUBLIC = {
+    "CompileBackend": "compile",
+    "Precision": "precision",
+    "assert_optimizer_matches": "optim",
+}
 
 if TYPE_CHECKING:
     from .compile import CompileBackend
+    from .optim import assert_optimizer_matches
     from .precision import Precision
 
 

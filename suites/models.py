@@ -1,7 +1,8 @@
 """Models and data shared by every regression suite, kept in one place so that suites agree.
 
 Everything here is tiny on purpose: the suites run on a 2-core CPU in CI, fp16 autocast on a
-CPU is slow, and a suite checks behaviour, not speed. Weights and data come from their own
+CPU is slow, and a suite checks behaviour, not speed; only :func:`linear_stack`, the benchmarks'
+model, has millions of parameters. Weights and data come from their own
 seeds, so a reference computed in one place equals the one computed in another whatever the
 test did to the global RNG before.
 """
@@ -46,3 +47,32 @@ def image_batch(batch_size: int = 8, seed: int = 0) -> tuple[torch.Tensor, torch
     images = torch.randn(batch_size, *IMAGE_SHAPE, generator=generator)
     labels = torch.randint(0, CLASSES, (batch_size,), generator=generator)
     return images, labels
+
+
+def digits() -> tuple[torch.Tensor, torch.Tensor]:
+    """scikit-learn's bundled 8x8 digits (1,797 images, no download): standardized pixels and
+    their labels."""
+    from sklearn.datasets import load_digits
+
+    features, labels = load_digits(return_X_y=True)
+    x = torch.tensor(features, dtype=torch.float32)
+    x = (x - x.mean(0)) / (x.std(0) + 1e-6)  # some pixels are always 0
+    return x, torch.tensor(labels)
+
+
+def mlp(inputs: int = 64, hidden: int = 32, classes: int = CLASSES, seed: int = 0) -> nn.Module:
+    """A one-hidden-layer MLP on the CPU whose weights depend only on ``seed``."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, classes))
+
+
+def linear_stack(width: int = 512, depth: int = 16, seed: int = 0) -> nn.Module:
+    """``depth`` Linear(width, width) layers with ReLUs: 16 x 512 is 4.2M parameters in 32
+    tensors, the many-tensors shape where an optimizer's per-tensor overhead shows."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        layers: list[nn.Module] = []
+        for _ in range(depth):
+            layers += [nn.Linear(width, width), nn.ReLU()]
+        return nn.Sequential(*layers[:-1])

@@ -1,9 +1,10 @@
 """Does a baseline comparison fail on real regressions and stay quiet on noise?
 
-Records a baseline of a CPU benchmark of a few milliseconds per call in one process, then runs
-N processes of the unchanged benchmark and N of a version doing 15% more work, interleaved,
-and counts how many each tool calls a regression: pytest-hpml with default settings, and
-pytest-benchmark with ``--benchmark-compare-fail=median:10%``.
+Records a baseline of a CPU benchmark of a few milliseconds per call, then runs N sessions of
+the unchanged benchmark and N of a version doing 15% more work, interleaved, and counts how
+many each tool calls a regression: pytest-hpml with default settings (so each session measures
+in --hpml-processes processes, 3 by default), and pytest-benchmark with
+``--benchmark-compare-fail=median:10%``.
 
     python tools/noise_experiment.py --runs 20 [--appends 2] [--keep DIR]
 
