@@ -95,8 +95,9 @@ class Regression:
         self.reruns = processes.measure_again(
             self.config, tests, count - 1, self.settings.bench_time / count
         )
+        pooled_tests = set(processes.pool(self.results, self.reruns))
         for result in self.results:
-            if processes.pool([result], self.reruns):
+            if result["test"] in pooled_tests:
                 result["verdicts"] = self.judge(
                     result["test"], result["metrics"], result["threshold"]
                 )
