@@ -17,6 +17,7 @@ import pytest
 from . import markers
 from .compile import CompileBackend, reset_dynamo, unknown_backends
 from .devices import hardware
+from .distributed import Launch, launch
 from .options import SETTINGS_KEY, Settings
 from .precision import Precision
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     import torch
 
 PARAMETRIZED = ("device", "precision", "backend", "num_workers")
-FIXTURES = (*PARAMETRIZED, "dist_backend", "hpml_seed")
+FIXTURES = (*PARAMETRIZED, "dist_backend", "hpml_seed", "rank", "world_size")
 
 
 def settings(config: pytest.Config) -> Settings:
@@ -143,6 +144,9 @@ def device(request: pytest.FixtureRequest, hpml_seed: int) -> torch.device:
     import torch
 
     spec = getattr(request, "param", None) or devices(request.config)[0]
+    here = launch(request.config)
+    if here is not None and spec == "cuda":  # each rank its own GPU
+        return torch.device("cuda", here.local_rank)
     return torch.device(spec)
 
 
@@ -184,10 +188,37 @@ def backend(request: pytest.FixtureRequest, hpml_seed: int) -> Iterator[CompileB
 @pytest.fixture
 def dist_backend(request: pytest.FixtureRequest, hpml_seed: int) -> str:
     """The ``torch.distributed`` backend: ``--hpml-dist-backend``, auto meaning nccl on CUDA."""
+    if launch(request.config) is not None:
+        import torch.distributed as dist
+
+        return dist.get_backend()
     chosen = settings(request.config).dist_backend
     if chosen != "auto":
         return chosen
     return "nccl" if _current_device(request).type == "cuda" else "gloo"
+
+
+def _rank_of(request: pytest.FixtureRequest) -> Launch:
+    here = launch(request.config)
+    if here is None:
+        pytest.fail(
+            f"the {request.fixturename} fixture needs @pytest.mark.distributed "
+            "(or pytest started by torchrun, mpirun or srun)",
+            pytrace=False,
+        )
+    return here
+
+
+@pytest.fixture
+def rank(request: pytest.FixtureRequest) -> int:
+    """This rank's number (0 to world_size - 1) in a ``@pytest.mark.distributed`` test."""
+    return _rank_of(request).rank
+
+
+@pytest.fixture
+def world_size(request: pytest.FixtureRequest) -> int:
+    """How many ranks run this ``@pytest.mark.distributed`` test."""
+    return _rank_of(request).world_size
 
 
 BENCHMARK_KEY = pytest.StashKey[Any]()
@@ -209,7 +240,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Any:
     sync = synchronizer(device)
     _, batch_size = markers.bench_settings(request.node.get_closest_marker("hpml_bench"))
     plan = Plan(
-        budget=regression(request.config).budget(request.node.nodeid),
+        budget=regression(request.config).budget(),
         min_rounds=benchmark._min_rounds,
         disable_gc=benchmark._disable_gc,
         timer=benchmark._timer,

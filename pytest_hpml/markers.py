@@ -21,6 +21,10 @@ MARKERS = {
     "precision": "precision(*names): run only with these of the selected precisions "
     "(fp32, tf32, fp16, bf16).",
     "device": "device(*types): run only on these of the selected device types (cpu, cuda, mps).",
+    "distributed": "distributed(world_size=2, backend=None, timeout=None): run the test in "
+    "world_size ranks with torch.distributed initialized (backend: gloo, nccl, mpi; default "
+    "--hpml-dist-backend), failing when a rank fails, dies or outlives `timeout` seconds "
+    "(default --hpml-dist-timeout); fixtures rank and world_size tell each rank its place.",
     "slow": "slow: deselected unless --hpml-run-slow (env HPML_RUN_SLOW, ini hpml_run_slow).",
     "hpml_bench": "hpml_bench(threshold=None, batch_size=None): judge this benchmark's time "
     "metrics with this minimum relative change (default --hpml-threshold); batch_size adds "
@@ -30,6 +34,7 @@ MARKERS = {
 
 # The markers that make a test need torch and the hardware checks (slow does not).
 HARDWARE_MARKERS = frozenset(MARKERS) - {"slow", "hpml_bench"}
+DIST_BACKEND_NAMES = ("gloo", "nccl", "mpi")
 
 
 class MarkerError(ValueError):
@@ -93,6 +98,27 @@ def bench_settings(mark: pytest.Mark | None) -> tuple[float | None, int | None]:
     return threshold, batch_size
 
 
+def _distributed(world_size: int = 2, backend: str | None = None, timeout: Any = None) -> None:
+    """The signature ``@pytest.mark.distributed`` is bound against."""
+
+
+def distributed_settings(mark: pytest.Mark) -> tuple[int, str | None, float | None]:
+    """Check ``distributed`` arguments: (world_size, backend, timeout), None when not given."""
+    args = _bind(mark, _distributed).arguments
+    world_size, backend, timeout = args["world_size"], args["backend"], args["timeout"]
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise MarkerError(f"world_size must be a positive integer, got {world_size!r}")
+    if backend is not None and backend not in DIST_BACKEND_NAMES:
+        raise MarkerError(
+            f"unknown backend {backend!r}; choose from {', '.join(DIST_BACKEND_NAMES)}"
+        )
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0
+    ):
+        raise MarkerError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return world_size, backend, None if timeout is None else float(timeout)
+
+
 def gpu_requirement(mark: pytest.Mark) -> GpuRequirement:
     """Check the arguments of one ``gpu`` mark."""
     args = _bind(mark, _gpu).arguments
@@ -147,6 +173,8 @@ def check(definition: pytest.Function | Any) -> None:
                 gpu_requirement(mark)
             elif mark.name == "hpml_bench":
                 bench_settings(mark)
+            elif mark.name == "distributed":
+                distributed_settings(mark)
             elif mark.name in ("precision", "device"):
                 _names(mark, PRECISIONS if mark.name == "precision" else DEVICE_TYPES, mark.name)
             elif mark.name == "slow" and (mark.args or mark.kwargs):

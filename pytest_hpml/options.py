@@ -238,6 +238,15 @@ OPTIONS: tuple[Option, ...] = (
         "BACKEND",
     ),
     Option(
+        "dist-timeout",
+        "dist_timeout",
+        "seconds a @pytest.mark.distributed test may run before its ranks are stopped and it "
+        "fails (the marker's timeout= overrides it); also the process group's timeout",
+        parse_seconds,
+        "300",
+        "SECONDS",
+    ),
+    Option(
         "workers",
         "workers",
         "DataLoader worker count(s) for the num_workers fixture, a comma list; auto picks one "
@@ -278,7 +287,7 @@ OPTIONS: tuple[Option, ...] = (
         "smallest relative change of a time metric that counts as a regression or improvement "
         "(a fraction: 0.1 means 10 percent); the hpml_bench marker overrides it per test",
         parse_fraction,
-        "0.07",
+        "0.06",
         "FRACTION",
     ),
     Option(
@@ -297,6 +306,16 @@ OPTIONS: tuple[Option, ...] = (
         "one process (memory layout, core placement), which per-round normalization cannot",
         parse_processes,
         "3",
+        "N",
+    ),
+    Option(
+        "record-processes",
+        "record_processes",
+        "fresh processes a baseline is recorded in (update, append), each measuring as long as "
+        "one process of a comparison: more than --hpml-processes because the baseline's error "
+        "enters every later verdict, and a baseline is recorded once and compared many times",
+        parse_processes,
+        "6",
         "N",
     ),
     Option(
@@ -351,6 +370,7 @@ class Settings:
     precisions: tuple[str, ...]
     backends: tuple[str, ...]
     dist_backend: str
+    dist_timeout: float
     workers: tuple[int, ...]
     seed: int
     baseline: str
@@ -358,6 +378,7 @@ class Settings:
     threshold: float
     bench_time: float
     processes: int
+    record_processes: int
     machine: str
     report: str
     report_md: str

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from . import fixtures, header, markers, options, processes, reports
+from . import distributed, fixtures, header, markers, options, processes, reports
 from .devices import hardware
 from .fixtures import check_selection, parametrize, settings, uses_hpml
 from .regression import regression
@@ -34,6 +34,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if asked is not None:  # a process started to measure benchmarks again
         config.stash[options.SETTINGS_KEY] = processes.rerun_settings(settings(config), asked)
         config.pluginmanager.register(processes.Rerun(asked), "hpml-rerun")
+    here = distributed.launch(config)
+    if here is not None:  # one of several ranks: measured here alone, reported by rank 0
+        config.stash[options.SETTINGS_KEY] = distributed.rank_settings(settings(config), here)
+        config.pluginmanager.register(distributed.Rank(config, here), "hpml-rank")
     reports.check_html(config.stash[options.SETTINGS_KEY])
     config.pluginmanager.register(regression(config), "hpml-regression")
 
@@ -72,6 +76,12 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
     if config.stash.get(HPML_ITEMS, False) and not config.stash.get(HARDWARE_SHOWN, False):
         return [header.hardware_line(config)]
     return []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    """Run a @pytest.mark.distributed test in ranks of its own and report them as one test."""
+    return distributed.spawn_protocol(item)
 
 
 @pytest.hookimpl(tryfirst=True)

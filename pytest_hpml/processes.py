@@ -164,6 +164,14 @@ def pool(results: Iterable[dict[str, Any]], found: Reruns) -> list[str]:
     return pooled
 
 
+def keep_only(config: pytest.Config, items: list[pytest.Item], tests: set[str]) -> None:
+    """Deselect every collected test whose node id is not in ``tests``."""
+    dropped = [item for item in items if item.nodeid not in tests]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item.nodeid in tests]
+
+
 class Rerun:
     """The plugin of a rerun process: runs only the tests asked for and hands back results."""
 
@@ -176,11 +184,7 @@ class Rerun:
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
         """Deselect every test the first process does not want measured again."""
-        keep = [item for item in items if item.nodeid in self.tests]
-        dropped = [item for item in items if item.nodeid not in self.tests]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = keep
+        keep_only(config, items, self.tests)
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

@@ -20,6 +20,7 @@ import pytest
 from . import baselines, fingerprint, markers, processes, reports, stats
 from .baselines import normalized, pooled, runs
 from .devices import hardware
+from .distributed import launch
 from .fixtures import BENCHMARK_KEY
 from .options import SETTINGS_KEY, Settings
 
@@ -45,6 +46,7 @@ class Regression:
         self._files: dict[Path, dict[str, Any] | None] = {}
         self.written: list[Path] = []
         self.reruns: processes.Reruns | None = None
+        self.process_count = 1
 
     @cached_property
     def fingerprint(self) -> fingerprint.Fingerprint:
@@ -70,30 +72,33 @@ class Regression:
         return {} if data is None else data["entries"]
 
     def processes_for(self, test: str) -> int:
-        """How many processes measure ``test``: all of --hpml-processes when recording, or when
-        comparing with a stored time baseline (else one: nothing to be precise against)."""
+        """How many processes measure ``test``: --hpml-record-processes when recording,
+        --hpml-processes when comparing with a stored time baseline, else one (nothing to be
+        precise against)."""
         mode, count = self.settings.baseline, self.settings.processes
-        if count == 1 or mode == "off":
+        if mode == "off":
             return 1
         if mode in ("update", "append"):
-            return count
+            return self.settings.record_processes
+        if count == 1:
+            return 1
         stored = self._entries(baselines.machine_path(self.directory, self.fingerprint))
         return count if stored.get(test) else 1
 
-    def budget(self, test: str) -> float:
-        """Seconds of rounds for ``test`` in this process: its processes share --hpml-bench-time."""
-        return self.settings.bench_time / self.processes_for(test)
+    def budget(self) -> float:
+        """Seconds of rounds per process: the processes of a comparison share --hpml-bench-time,
+        and a recording process gets as much as one of them."""
+        return self.settings.bench_time / self.settings.processes
 
     def measure_again(self) -> None:
         """Measure the sampled benchmarks in the other processes and judge the pooled runs."""
-        tests = [
-            r["test"] for r in self.results if _sampled(r) and self.processes_for(r["test"]) > 1
-        ]
+        counts = {r["test"]: self.processes_for(r["test"]) for r in self.results if _sampled(r)}
+        tests = [test for test, count in counts.items() if count > 1]
         if not tests:
             return
-        count = self.settings.processes
+        self.process_count = max(counts[test] for test in tests)
         self.reruns = processes.measure_again(
-            self.config, tests, count - 1, self.settings.bench_time / count
+            self.config, tests, self.process_count - 1, self.budget()
         )
         pooled_tests = set(processes.pool(self.results, self.reruns))
         for result in self.results:
@@ -164,8 +169,10 @@ class Regression:
 
     @property
     def controller(self) -> bool:
-        """True unless this is a pytest-xdist worker."""
-        return not hasattr(self.config, "workerinput")
+        """True unless this is a pytest-xdist worker or a rank other than the reporting one."""
+        here = launch(self.config)
+        rank_only = here is not None and (here.spawned or here.rank != 0)
+        return not hasattr(self.config, "workerinput") and not rank_only
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -226,7 +233,7 @@ class Regression:
         if self.reruns is not None:
             tests = len(self.reruns.runs)
             tr.write_line(
-                f"hpml: {tests} benchmark(s) measured in {self.settings.processes} processes "
+                f"hpml: {tests} benchmark(s) measured in {self.process_count} processes "
                 f"(the others took {self.reruns.seconds:.1f} s)"
             )
             for note in self.reruns.notes:

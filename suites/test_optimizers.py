@@ -397,7 +397,7 @@ def stepper(
 # which the compute-bound reference workload tracks poorly (each round evicts its data from the
 # caches). Between unchanged runs on the 2-core shared VM the times moved by up to ±25% in
 # reference units and the in-run speed-ups by up to 14%, so the judged margins are wider than
-# the 7% default; losing a fused kernel (a speed-up of ~3x falling to ~1x) still shows.
+# the 6% default; losing a fused kernel (a speed-up of ~3x falling to ~1x) still shows.
 TIME_THRESHOLD = 0.3
 SPEEDUP_TOLERANCE = 0.2
 

@@ -137,6 +137,7 @@ class Project:
         monkeypatch.setenv("COLUMNS", "200")  # skip reasons and help lines are not cut short
         # Benchmarks are measured in this process alone unless a test asks for more.
         monkeypatch.setenv("HPML_PROCESSES", "1")
+        monkeypatch.setenv("HPML_RECORD_PROCESSES", "1")
         pytester.makeconftest(INNER_CONFTEST)
 
     def write_probe(self) -> None:

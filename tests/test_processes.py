@@ -43,7 +43,7 @@ def ran(project: Project, name: str = "ran.txt") -> list[str]:
 
 
 def test_update_records_the_runs_of_every_process(project3: Project) -> None:
-    result = project3.bench("--hpml-baseline=update", "--hpml-processes=3")
+    result = project3.bench("--hpml-baseline=update", "--hpml-record-processes=3")
     assert result.ret == pytest.ExitCode.OK
     record = project3.stored("machine")[TEST]["time"]
     runs = [record, *record["processes"]]
@@ -58,11 +58,18 @@ def test_update_records_the_runs_of_every_process(project3: Project) -> None:
 
 
 def test_processes_share_the_bench_time(project3: Project) -> None:
-    project3.bench("--hpml-baseline=update", "--hpml-processes=2", "--hpml-bench-time=1")
+    project3.bench(
+        "--hpml-baseline=update",
+        "--hpml-processes=2",
+        "--hpml-record-processes=3",
+        "--hpml-bench-time=1",
+    )
     record = project3.stored("machine")[TEST]["time"]
+    assert len(record["processes"]) == 2
     for run in (record, *record["processes"]):
         measured = sum(run["samples"]) + sum(run["reference"])
-        assert measured < 0.75  # half of the second of rounds each, not all (plus one overrun)
+        # half of the second each, as in a comparison in 2 processes (plus one overrun)
+        assert measured < 0.75
 
 
 def test_compare_without_a_baseline_measures_in_one_process(project3: Project) -> None:
@@ -73,7 +80,7 @@ def test_compare_without_a_baseline_measures_in_one_process(project3: Project) -
 
 
 def test_compare_pools_the_processes_of_both_sides(project3: Project) -> None:
-    project3.bench("--hpml-baseline=update", "--hpml-processes=2")
+    project3.bench("--hpml-baseline=update", "--hpml-record-processes=2")
     result = project3.bench(
         "--hpml-processes=2", "--hpml-report=report.json", "--hpml-threshold=0.6"
     )
@@ -86,8 +93,8 @@ def test_compare_pools_the_processes_of_both_sides(project3: Project) -> None:
 
 
 def test_append_keeps_every_process_run_as_earlier_runs(project3: Project) -> None:
-    project3.bench("--hpml-baseline=update", "--hpml-processes=2")
-    project3.bench("--hpml-baseline=append", "--hpml-processes=2")
+    project3.bench("--hpml-baseline=update", "--hpml-record-processes=2")
+    project3.bench("--hpml-baseline=append", "--hpml-record-processes=2")
     record = project3.stored("machine")[TEST]["time"]
     assert len(record["processes"]) == 1
     assert len(record["earlier"]) == 2
@@ -98,7 +105,7 @@ def test_a_process_that_dies_is_named_and_the_run_judged_on_the_others(project: 
     project.write_tests(
         "import os\n" + WORK + '    if os.environ.get("HPML_RERUN"):\n        os._exit(3)\n'
     )
-    result = project.bench("--hpml-baseline=update", "--hpml-processes=2")
+    result = project.bench("--hpml-baseline=update", "--hpml-record-processes=2")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
         ["hpml: process 2 of 2 measured nothing (exit 3*); judged on fewer processes"]

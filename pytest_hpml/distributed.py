@@ -1,0 +1,608 @@
+"""Tests marked ``@pytest.mark.distributed``: run in ``world_size`` real ranks.
+
+**Spawned** (the usual case): the pytest process that collected the test (the *parent*) hosts
+a ``TCPStore`` on a free port, as torchrun's agent does, and starts ``world_size`` fresh
+``python -m pytest`` processes through torch's elastic launcher
+(:func:`torch.distributed.elastic.multiprocessing.start_processes`, what torchrun uses). Each
+rank runs that one test, with ``torch.distributed`` initialized from the usual environment
+(``RANK``, ``WORLD_SIZE``, ``MASTER_PORT``...), and writes its test reports to a JSON file. The
+parent watches the ranks: the first rank that fails or dies, or the test's timeout, ends the
+test; ranks still running are asked for their stacks (``faulthandler`` on ``SIGUSR1``), then
+killed with their process groups. The ranks' reports are merged into one per phase.
+
+**Launched**: pytest itself was started by ``torchrun``, ``mpirun`` or ``srun``. Every process
+is a rank: the process group is initialized once, every rank checks that all collected the
+same tests, each test runs in place on every rank, and the ranks exchange their reports after
+each test, so that rank 0 reports one merged outcome (the others print nothing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import datetime
+import faulthandler
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import markers, processes
+from .options import SETTINGS_KEY, Settings
+
+RESULT_ENV = "HPML_DIST_RESULT"  # a spawned rank writes its reports here
+TEST_ENV = "HPML_DIST_TEST"  # the node id a spawned rank runs
+BACKEND_ENV = "HPML_DIST_BACKEND"  # the backend the parent chose for the test
+TIMEOUT_ENV = "HPML_DIST_TIMEOUT"  # seconds, for the process group's collectives
+PARENT_ENV = "HPML_DIST_PARENT"  # the parent's pid: a rank dies with it
+STACK_GRACE = 0.5  # seconds a running rank gets to write its stacks before it is killed
+STACKS_ENV = "HPML_DIST_STACKS"  # where a spawned rank writes its stacks when asked
+TAIL_LINES = 40
+ELASTIC_LOGGER = "torch.distributed.elastic.multiprocessing.api"
+# Frames of pytest's own machinery, left out of the stacks of ranks that were stopped.
+PLUMBING = ("/_pytest/", "/pluggy/", "<frozen runpy>", "/pytest/__main__.py")
+
+# (rank, world size, local rank) variables of each launcher, first match wins.
+LAUNCHERS = (
+    ("torchrun", ("RANK", "WORLD_SIZE", "LOCAL_RANK")),
+    ("mpirun", ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK")),
+    ("srun", ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")),
+)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """This process's place among the ranks, when it is one."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    launcher: str  # torchrun, mpirun, srun, or pytest-hpml (a spawned rank)
+
+    @property
+    def spawned(self) -> bool:
+        return self.launcher == "pytest-hpml"
+
+
+def launch_from(environ: Mapping[str, str]) -> Launch | None:
+    """The launch this process belongs to, from its environment; None when it is no rank.
+
+    An ``srun`` or ``mpirun`` of a single task is no launch: pytest then spawns ranks itself.
+    """
+    for launcher, names in LAUNCHERS:
+        if all(environ.get(name, "").isdecimal() for name in names):
+            rank, size, local = (int(environ[name]) for name in names)
+            if size < 2 and launcher != "torchrun":
+                return None
+            if environ.get(RESULT_ENV):
+                launcher = "pytest-hpml"
+            return Launch(rank, size, local, launcher)
+    return None
+
+
+LAUNCH_KEY = pytest.StashKey["Launch | None"]()
+
+
+def launch(config: pytest.Config) -> Launch | None:
+    if LAUNCH_KEY not in config.stash:
+        config.stash[LAUNCH_KEY] = launch_from(os.environ)
+    return config.stash[LAUNCH_KEY]
+
+
+def rank_settings(chosen: Settings, here: Launch) -> Settings:
+    """A rank measures in its own process only; only the reporting rank writes reports."""
+    quiet = here.spawned or here.rank != 0
+    return dataclasses.replace(
+        chosen,
+        processes=1,
+        record_processes=1,
+        report="" if quiet else chosen.report,
+        report_md="" if quiet else chosen.report_md,
+        report_html="" if quiet else chosen.report_html,
+    )
+
+
+# --------------------------------------------------------------------------- what a test asks
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What ``@pytest.mark.distributed`` asks for, with the defaults resolved."""
+
+    world_size: int
+    backend: str
+    timeout: float
+
+
+def spec(item: pytest.Item) -> Spec | None:
+    """The resolved marker of a distributed test; None for other tests."""
+    mark = item.get_closest_marker("distributed")
+    if mark is None:
+        return None
+    world_size, backend, timeout = markers.distributed_settings(mark)
+    chosen = item.config.stash[SETTINGS_KEY]
+    backend = backend or os.environ.get(BACKEND_ENV) or chosen.dist_backend
+    if backend == "auto":
+        backend = "nccl" if _on_cuda(item) else "gloo"
+    return Spec(world_size, backend, float(timeout or chosen.dist_timeout))
+
+
+def _on_cuda(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    device = callspec.params.get("device") if callspec else None
+    if device is None:
+        from .fixtures import devices
+
+        device = devices(item.config)[0]
+    return str(device).startswith("cuda")
+
+
+def skip_reason(item: pytest.Item, asked: Spec) -> str | None:
+    """Why this machine (or this launch) cannot run the test, or None."""
+    here = launch(item.config)
+    if here is not None and not here.spawned and here.world_size != asked.world_size:
+        return (
+            f"needs world_size={asked.world_size}; this {here.launcher} launch has "
+            f"{here.world_size} ranks"
+        )
+    if asked.backend == "nccl" and (here is None or here.spawned):
+        from .devices import hardware
+
+        found = hardware(item.config).cuda_count
+        if found < asked.world_size:
+            return (
+                f"nccl with world_size={asked.world_size} needs {asked.world_size} GPUs "
+                f"(one per rank), found {found}"
+            )
+    return None
+
+
+# --------------------------------------------------------------------------- merging reports
+
+
+@dataclass
+class RankRun:
+    """What one rank left behind: its reports, and how its process ended."""
+
+    rank: int
+    reports: list[pytest.TestReport] = field(default_factory=list)
+    exit: str | None = None  # "exit code 3", "killed by SIGKILL", None while it ran on
+    stopped: str | None = None  # why the parent stopped it (timeout, another rank failed)
+    output: str = ""  # the tail of its own stdout and stderr, outside pytest's capture
+    stacks: str = ""  # what faulthandler wrote when asked
+    first: bool = False  # the rank whose failure ended the test: told first
+
+    def report(self, when: str) -> pytest.TestReport | None:
+        return next((r for r in self.reports if r.when == when), None)
+
+
+def merge(item: pytest.Item, runs: Sequence[RankRun]) -> list[pytest.TestReport]:
+    """One report per phase from every rank's: failed if any rank failed or vanished, skipped
+    only if every rank skipped, a failure if they disagree. Rank 0's report is the base."""
+    merged = [_merge_phase(item, "setup", runs)]
+    if merged[0].passed:
+        merged.append(_merge_phase(item, "call", runs))
+    merged.append(_merge_phase(item, "teardown", runs))
+    return merged
+
+
+def _merge_phase(item: pytest.Item, when: str, runs: Sequence[RankRun]) -> pytest.TestReport:
+    reports = {run.rank: run.report(when) for run in runs}
+    problems = []
+    for run in sorted(runs, key=lambda run: (not run.first, run.rank)):
+        report = reports[run.rank]
+        if report is None:
+            if when != "teardown":  # a rank that vanished earlier is reported there
+                problems.append(_vanished(run, when))
+        elif report.failed:
+            problems.append(f"rank {run.rank} failed: {_crash(report)}\n{report.longreprtext}")
+    outcomes = {r.outcome for r in reports.values() if r is not None}
+    base = reports.get(0) or next((r for r in reports.values() if r is not None), None)
+    if not problems and outcomes == {"skipped"}:
+        return base  # type: ignore[return-value]
+    if not problems and len(outcomes) > 1:
+        said = ", ".join(
+            f"rank {rank} {r.outcome}" + (f" ({_skip_text(r)})" if r.skipped else "")
+            for rank, r in sorted(reports.items())
+            if r is not None
+        )
+        problems.append(f"the ranks disagree: {said}")
+    sections = [s for run in runs for s in _sections(run, reports[run.rank])]
+    return pytest.TestReport(
+        item.nodeid,
+        item.location,
+        dict.fromkeys(item.keywords, 1),
+        "failed" if problems else "passed",
+        "\n\n".join(problems) if problems else None,
+        when,  # type: ignore[arg-type]
+        sections,
+        duration=max((r.duration for r in reports.values() if r is not None), default=0.0),
+        user_properties=base.user_properties if base is not None and not problems else (),
+    )
+
+
+def skipped(item: pytest.Item, reason: str) -> list[pytest.TestReport]:
+    """The reports of a test skipped before any rank started."""
+    _, line, _ = item.location
+    keywords = dict.fromkeys(item.keywords, 1)
+    longrepr = (str(item.path), (line or 0) + 1, f"Skipped: {reason}")
+    return [
+        pytest.TestReport(item.nodeid, item.location, keywords, "skipped", longrepr, "setup"),
+        pytest.TestReport(item.nodeid, item.location, keywords, "passed", None, "teardown"),
+    ]
+
+
+def spawn_protocol(item: pytest.Item) -> bool | None:
+    """Run a distributed test in ranks of its own and log their merged reports; None for a
+    test that is no distributed test, or when this process is a rank already."""
+    asked = spec(item)
+    if asked is None or launch(item.config) is not None:
+        return None
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    reason = skip_reason(item, asked)
+    for report in skipped(item, reason) if reason else run_spawned(item, asked):
+        item.ihook.pytest_runtest_logreport(report=report)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+
+
+def _crash(report: pytest.TestReport) -> str:
+    """The one line that says what went wrong (pytest's short summary shows it)."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    return (getattr(crash, "message", "") or "").splitlines()[0] if crash else ""
+
+
+def _skip_text(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    text = str(longrepr[2]) if isinstance(longrepr, tuple) else str(longrepr)
+    return text.removeprefix("Skipped: ")
+
+
+def _vanished(run: RankRun, when: str) -> str:
+    what = f"rank {run.rank} did not finish {when}"
+    if run.stopped:
+        what += f": {run.stopped}"
+    if run.exit:
+        what += f" ({run.exit})"
+    if run.stacks.strip():
+        what += f"\nwhere rank {run.rank} was:\n{run.stacks.strip()}"
+    if run.output.strip() and not run.stacks.strip():
+        what += f"\nlast output of rank {run.rank}:\n{run.output.strip()}"
+    return what
+
+
+def _sections(run: RankRun, report: pytest.TestReport | None) -> list[tuple[str, str]]:
+    """The rank's captured output, each section named after its rank."""
+    if report is None:
+        return []
+    return [(f"{name} (rank {run.rank})", text) for name, text in report.sections]
+
+
+def serialize(config: pytest.Config, report: pytest.TestReport) -> dict[str, Any]:
+    return config.hook.pytest_report_to_serializable(config=config, report=report)
+
+
+def deserialize(config: pytest.Config, data: dict[str, Any]) -> pytest.TestReport:
+    if isinstance(data.get("longrepr"), list):  # a skip's (path, line, reason), after JSON
+        data = {**data, "longrepr": tuple(data["longrepr"])}
+    return config.hook.pytest_report_from_serializable(config=config, data=data)
+
+
+# --------------------------------------------------------------------------- the parent
+
+
+def run_spawned(item: pytest.Item, asked: Spec) -> list[pytest.TestReport]:
+    """Run ``item`` in ``asked.world_size`` fresh ranks and merge what they reported."""
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
+
+    workdir = Path(tempfile.mkdtemp(prefix="pytest-hpml-ranks-"))
+    store = TCPStore("127.0.0.1", 0, asked.world_size, True, wait_for_workers=False)
+    for rank in range(asked.world_size):
+        (workdir / f"rank{rank}").mkdir()
+    envs = {r: _rank_env(item, asked, r, store.port, workdir) for r in range(asked.world_size)}
+    args = tuple(_rank_args(item.config, workdir, r) for r in range(asked.world_size))
+    context = start_processes(
+        name=f"hpml-{item.name}",
+        entrypoint=sys.executable,
+        args=dict(enumerate(args)),
+        envs=envs,
+        logs_specs=DefaultLogsSpecs(log_dir=str(workdir / "logs"), redirects=Std.ALL),
+    )
+    try:
+        runs = _watch(item, context, asked, workdir)
+    finally:
+        with _quiet(ELASTIC_LOGGER):  # "Sending process N closing signal SIGTERM"
+            context.close(timeout=5)
+        del store
+    try:
+        return merge(item, runs)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _rank_env(item: pytest.Item, asked: Spec, rank: int, port: int, workdir: Path) -> dict:
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(asked.world_size),
+        "LOCAL_WORLD_SIZE": str(asked.world_size),
+        "GROUP_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        # The ranks rendezvous on the parent's store, as torchrun's workers do on the agent's.
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_RUN_ID": f"hpml-{os.getpid()}",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        RESULT_ENV: str(workdir / f"rank{rank}.json"),
+        STACKS_ENV: str(workdir / f"rank{rank}-stacks.txt"),
+        TEST_ENV: item.nodeid,
+        BACKEND_ENV: asked.backend,
+        TIMEOUT_ENV: str(asked.timeout),
+        PARENT_ENV: str(os.getpid()),
+        processes.RERUN_ENV: "",  # a rank measures in its own process only
+    }
+
+
+def _rank_args(config: pytest.Config, workdir: Path, rank: int) -> tuple[str, ...]:
+    return (
+        "-m",
+        "pytest",
+        *processes.child_args(config),
+        "-p",
+        "no:cacheprovider",
+        f"--basetemp={workdir / f'rank{rank}' / 'tmp'}",
+        "--hpml-processes=1",
+    )
+
+
+def _watch(item: pytest.Item, context: Any, asked: Spec, workdir: Path) -> list[RankRun]:
+    """Wait for every rank, or for the first failure or the timeout; collect what they left."""
+    procs = {r: h.proc for r, h in context.subprocess_handlers.items()}
+    deadline = time.monotonic() + asked.timeout
+    stopped = None
+    first = None
+    while True:
+        codes = {r: p.poll() for r, p in procs.items()}
+        if all(code is not None for code in codes.values()):
+            break
+        failed = sorted(r for r, code in codes.items() if code not in (None, 0))
+        if failed:
+            first = failed[0]
+            stopped = f"stopped after rank {first} ended with {_exit_text(codes[first])}"
+        elif time.monotonic() > deadline:
+            stopped = f"timed out after {asked.timeout:g} s"
+        if stopped:
+            _ask_for_stacks(procs)
+            break
+        time.sleep(0.05)
+    runs = []
+    for rank, proc in procs.items():
+        code = proc.poll()
+        run = RankRun(rank, exit=None if code is None else _exit_text(code), first=rank == first)
+        if code is None:
+            run.stopped = stopped
+        run.reports = _read_reports(item.config, workdir / f"rank{rank}.json")
+        run.stacks = _without_plumbing(_read(workdir / f"rank{rank}-stacks.txt"))
+        run.output = _tail(context.stdouts.get(rank), context.stderrs.get(rank))
+        runs.append(run)
+    return runs
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _ask_for_stacks(procs: Mapping[int, Any]) -> None:
+    """Ranks still running write their stacks (faulthandler, on SIGUSR1) before they are killed."""
+    running = [p for p in procs.values() if p.poll() is None]
+    for proc in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGUSR1)
+    if running:
+        time.sleep(STACK_GRACE)
+
+
+def _without_plumbing(stacks: str) -> str:
+    return "\n".join(line for line in stacks.splitlines() if not any(p in line for p in PLUMBING))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _read_reports(config: pytest.Config, path: Path) -> list[pytest.TestReport]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [deserialize(config, d) for d in data]
+
+
+def _tail(*paths: str | None) -> str:
+    lines: list[str] = []
+    for path in paths:
+        if path:
+            lines += _read(Path(path)).splitlines()
+    return "\n".join(lines[-TAIL_LINES:])
+
+
+# --------------------------------------------------------------------------- the ranks
+
+
+class Rank:
+    """The plugin of a process that is one rank: process group, selection, and reports."""
+
+    def __init__(self, config: pytest.Config, here: Launch) -> None:
+        self.config = config
+        self.here = here
+        self.reports: list[dict[str, Any]] = []
+        self.exchange_group: Any = None
+        if here.spawned:
+            _die_with_parent()
+            self.stacks = _stacks_file()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Launched: only rank 0 prints; the others' outcomes reach it after each test."""
+        if not self.here.spawned and self.here.rank != 0:
+            reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                session.config.pluginmanager.unregister(reporter)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        """A spawned rank runs only the test it was started for."""
+        if self.here.spawned:
+            processes.keep_only(config, items, {os.environ[TEST_ENV]})
+
+    @pytest.hookimpl
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Join the process group; launched ranks check they collected the same tests."""
+        init_process_group(self.here)
+        if self.here.spawned:
+            return
+        import torch.distributed as dist
+
+        self.exchange_group = dist.new_group(backend="gloo")
+        digest = hashlib.sha256("\n".join(i.nodeid for i in session.items).encode()).hexdigest()
+        digests: list[Any] = [None] * self.here.world_size
+        dist.all_gather_object(digests, (len(session.items), digest), group=self.exchange_group)
+        differ = [r for r, d in enumerate(digests) if d != digests[0]]
+        if differ:
+            raise pytest.UsageError(
+                f"hpml: ranks {differ} collected other tests than rank 0 "
+                f"({', '.join(f'rank {r}: {d[0]} tests' for r, d in enumerate(digests))}); "
+                "every rank must collect the same tests in the same order"
+            )
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """Launched: skip a distributed test this launch cannot run (another world size)."""
+        asked = spec(item)
+        reason = asked and skip_reason(item, asked)
+        if reason:
+            pytest.skip(reason)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool:
+        """Launched: run the test on every rank, exchange the reports, log the merged ones."""
+        if self.here.spawned:
+            return None  # type: ignore[return-value]
+        import torch.distributed as dist
+        from _pytest.runner import runtestprotocol
+
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        own = runtestprotocol(item, log=False, nextitem=nextitem)
+        gathered: list[Any] = [None] * self.here.world_size
+        payload = [serialize(item.config, r) for r in own]
+        dist.all_gather_object(gathered, payload, group=self.exchange_group)
+        runs = [
+            RankRun(rank, [deserialize(item.config, d) for d in data])
+            for rank, data in enumerate(gathered)
+        ]
+        for report in merge(item, runs) if self.here.rank == 0 else own:
+            item.ihook.pytest_runtest_logreport(report=report)
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """A spawned rank writes each report as soon as it has it: a crash loses no more."""
+        if not self.here.spawned:
+            return
+        self.reports.append(serialize(self.config, report))
+        path = Path(os.environ[RESULT_ENV])
+        scratch = path.with_suffix(".tmp")
+        scratch.write_text(json.dumps(self.reports), encoding="utf-8")
+        os.replace(scratch, path)
+
+    @pytest.hookimpl
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """Leave the process group cleanly."""
+        if "torch.distributed" in sys.modules:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                dist.destroy_process_group()
+
+
+def init_process_group(here: Launch) -> None:
+    """Initialize ``torch.distributed`` from the environment, once per process."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    backend = os.environ.get(BACKEND_ENV) or _session_backend()
+    timeout = datetime.timedelta(seconds=float(os.environ.get(TIMEOUT_ENV) or 300))
+    _export_env(here)
+    if backend == "nccl":
+        torch.cuda.set_device(here.local_rank)
+    dist.init_process_group(backend, rank=here.rank, world_size=here.world_size, timeout=timeout)
+
+
+def _session_backend() -> str:
+    import torch
+
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def _export_env(here: Launch) -> None:
+    """mpirun and srun name ranks their own way; env:// reads torchrun's names."""
+    os.environ.setdefault("RANK", str(here.rank))
+    os.environ.setdefault("WORLD_SIZE", str(here.world_size))
+    os.environ.setdefault("LOCAL_RANK", str(here.local_rank))
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29500")
+
+
+def _die_with_parent() -> None:
+    """A spawned rank dies with its parent, even one killed with SIGKILL (Linux)."""
+    parent = int(os.environ.get(PARENT_ENV) or 0)
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if parent and os.getppid() != parent:
+        os._exit(1)  # the parent died before the line above took effect
+
+
+def _stacks_file() -> Any:
+    """Stacks of every thread go to a file the parent reads, on SIGUSR1."""
+    stream = open(os.environ[STACKS_ENV], "w")  # noqa: SIM115  (open while the rank lives)
+    faulthandler.register(signal.SIGUSR1, file=stream, all_threads=True)
+    return stream

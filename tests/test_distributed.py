@@ -1,0 +1,391 @@
+"""@pytest.mark.distributed: tests run in real ranks (gloo on CPU), and every way a rank can
+fail, hang, die or disagree ends that test only, promptly, with the rank's story told.
+
+The inner runs start real rank processes, so they run in a fresh interpreter
+(``runpytest_subprocess``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_hpml.distributed import Launch, launch_from
+
+if TYPE_CHECKING:
+    from tests.conftest import Project
+
+RANKS = """
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+
+@pytest.mark.distributed(world_size=2)
+def test_ranks_sum(rank, world_size, device, dist_backend, tmp_path, record):
+    total = torch.tensor([rank + 1.0])
+    dist.all_reduce(total)
+    (tmp_path / "mine.txt").write_text(str(rank))
+    record(rank=rank, world_size=world_size, total=total.item(), device=str(device),
+           backend=dist_backend, pid=os.getpid())
+    print(f"hello from rank {rank}")
+"""
+
+
+def _project(project: Project, source: str) -> Project:
+    project.write_tests(source)
+    return project
+
+
+def _ranks_left(marker: str) -> list[int]:
+    """Processes still alive whose environment names ``marker`` (a test's file)."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdecimal():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if b"HPML_DIST_TEST=" in environ and marker.encode() in environ:
+            alive.append(int(entry.name))
+    return alive
+
+
+def test_each_rank_runs_the_test_with_the_process_group_up(project: Project) -> None:
+    _project(project, RANKS)
+    result = project.run_subprocess("-v")
+    result.assert_outcomes(passed=1)
+    records = sorted(project.records(), key=lambda r: r["rank"])
+    assert [r["rank"] for r in records] == [0, 1]
+    assert {r["world_size"] for r in records} == {2}
+    assert {r["total"] for r in records} == {3.0}  # 1 + 2: the all_reduce went through
+    assert {r["backend"] for r in records} == {"gloo"}
+    assert {r["device"] for r in records} == {"cpu"}
+    assert len({r["pid"] for r in records}) == 2
+    assert os.getpid() not in {r["pid"] for r in records}
+
+
+def test_a_rank_that_raises_fails_the_test_promptly_with_its_traceback(project: Project) -> None:
+    _project(
+        project,
+        """
+import pytest
+import torch.distributed as dist
+
+
+@pytest.mark.distributed(world_size=2, timeout=120)
+def test_rank1_raises(rank):
+    if rank == 1:
+        raise ValueError("boom from rank 1")
+    dist.barrier()  # rank 0 waits here for a rank that is gone
+
+
+def test_after():
+    pass
+""",
+    )
+    start = time.monotonic()
+    result = project.run_subprocess()
+    elapsed = time.monotonic() - start
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert "rank 1 failed" in out
+    assert "ValueError: boom from rank 1" in out
+    assert 'raise ValueError("boom from rank 1")' in out  # the full traceback, source shown
+    assert elapsed < 60, f"took {elapsed:.0f} s, the timeout is 120 s"
+
+
+def test_a_rank_that_hangs_fails_at_the_timeout_with_its_stack(project: Project) -> None:
+    _project(
+        project,
+        """
+import time
+
+import pytest
+import torch.distributed as dist
+
+
+def wait_forever():
+    time.sleep(3600)
+
+
+@pytest.mark.distributed(world_size=2, timeout=8)
+def test_rank0_hangs(rank):
+    if rank == 0:
+        wait_forever()
+    dist.barrier()
+
+
+def test_after():
+    pass
+""",
+    )
+    start = time.monotonic()
+    result = project.run_subprocess()
+    elapsed = time.monotonic() - start
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert "rank 0 did not finish call: timed out after 8 s" in out
+    assert "in wait_forever" in out  # rank 0's stack, from faulthandler
+    assert elapsed < 8 + 45
+    assert _ranks_left(str(project.path)) == []
+
+
+@pytest.mark.parametrize(
+    ("death", "said"),
+    [
+        ("os._exit(3)", "exit code 3"),
+        ("os.kill(os.getpid(), signal.SIGKILL)", "killed by SIGKILL"),
+        ("ctypes.string_at(0)", "SIGSEGV"),
+    ],
+    ids=["exit", "sigkill", "segfault"],
+)
+def test_a_rank_that_dies_fails_the_test_with_its_exit(
+    project: Project, death: str, said: str
+) -> None:
+    _project(
+        project,
+        f"""
+import ctypes
+import os
+import signal
+
+import pytest
+import torch.distributed as dist
+
+
+@pytest.mark.distributed(world_size=2, timeout=120)
+def test_rank1_dies(rank):
+    if rank == 1:
+        {death}
+    dist.barrier()
+
+
+def test_after():
+    pass
+""",
+    )
+    start = time.monotonic()
+    result = project.run_subprocess()
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert "rank 1 did not finish call" in out
+    assert said in out
+    assert time.monotonic() - start < 60
+    assert _ranks_left(str(project.path)) == []
+
+
+def test_ranks_that_all_skip_make_a_skip_and_disagreeing_ranks_a_failure(
+    project: Project,
+) -> None:
+    _project(
+        project,
+        """
+import pytest
+
+
+@pytest.mark.distributed(world_size=2)
+def test_all_skip(rank):
+    pytest.skip("not today")
+
+
+@pytest.mark.distributed(world_size=2)
+def test_one_skips(rank):
+    if rank == 1:
+        pytest.skip("rank 1 would rather not")
+""",
+    )
+    result = project.run_subprocess("-rs")
+    result.assert_outcomes(skipped=1, failed=1)
+    out = result.stdout.str()
+    assert "not today" in out
+    assert "the ranks disagree: rank 0 passed, rank 1 skipped (rank 1 would rather not)" in out
+
+
+def test_nccl_without_enough_gpus_is_a_skip_saying_so(project: Project) -> None:
+    _project(
+        project,
+        """
+import pytest
+
+
+@pytest.mark.distributed(world_size=2, backend="nccl")
+def test_nccl(rank):
+    pass
+""",
+    )
+    result = project.run_subprocess("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*nccl with world_size=2 needs 2 GPUs (one per rank), found 0*"])
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ("world_size=0", "world_size must be a positive integer, got 0"),
+        ("backend='nccc'", "unknown backend 'nccc'; choose from gloo, nccl, mpi"),
+        ("timeout=-1", "timeout must be a positive number of seconds, got -1"),
+        ("2, 'gloo', 5, 6", "too many positional arguments"),
+    ],
+)
+def test_wrong_marker_arguments_are_a_collection_error(
+    project: Project, args: str, said: str
+) -> None:
+    source = f"import pytest\n\n\n@pytest.mark.distributed({args})\ndef test_x():\n    pass\n"
+    _project(project, source)
+    result = project.run()
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([f"*wrong @pytest.mark.distributed: {said}*"])
+
+
+def test_the_rank_fixture_outside_a_distributed_test_says_what_is_missing(
+    project: Project,
+) -> None:
+    _project(project, "def test_x(rank):\n    pass\n")
+    result = project.run()
+    assert result.ret != pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*the rank fixture needs @pytest.mark.distributed*"])
+
+
+def test_two_distributed_tests_at_once_under_xdist_do_not_collide(project: Project) -> None:
+    pytest.importorskip("xdist")
+    source = RANKS + RANKS.split("\n\n\n", 1)[1].replace("test_ranks_sum", "test_again")
+    _project(project, source)
+    result = project.run_subprocess("-n", "2")
+    result.assert_outcomes(passed=2)
+    assert len(project.records()) == 4
+
+
+def test_ranks_die_with_a_pytest_killed_from_outside(project: Project) -> None:
+    _project(
+        project,
+        """
+import time
+
+import pytest
+
+
+@pytest.mark.distributed(world_size=2)
+def test_slow(rank):
+    time.sleep(3600)
+""",
+    )
+    inner = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"],
+        cwd=project.path,
+        env={**os.environ, "HPML_PROCESSES": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    marker = str(project.path)
+    deadline = time.monotonic() + 60
+    while len(_ranks_left(marker)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(_ranks_left(marker)) == 2, "the ranks never started"
+    inner.send_signal(signal.SIGKILL)
+    inner.wait()
+    deadline = time.monotonic() + 10
+    while _ranks_left(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _ranks_left(marker) == []
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_launched_by_two_torchrun_nodes_the_tests_run_in_place(project: Project) -> None:
+    _project(
+        project,
+        RANKS
+        + """
+
+@pytest.mark.distributed(world_size=2)
+def test_rank1_fails(rank):
+    assert rank == 0, "rank 1 disagrees"
+
+
+@pytest.mark.distributed(world_size=4)
+def test_needs_four(rank):
+    pass
+
+
+def test_everywhere(record):
+    record(plain=True)
+""",
+    )
+    port = _free_port()
+    nodes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes=2",
+                "--nproc-per-node=1",
+                f"--node-rank={node}",
+                "--master-addr=127.0.0.1",
+                f"--master-port={port}",
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                "-rs",
+            ],
+            cwd=project.path,
+            env={**os.environ, "HPML_PROCESSES": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for node in (0, 1)
+    ]
+    outs = [node.communicate(timeout=240)[0] for node in nodes]
+    rank0 = outs[0]
+    assert "1 failed, 2 passed, 1 skipped" in rank0, rank0
+    assert "rank 1 failed" in rank0
+    assert "rank 1 disagrees" in rank0
+    assert "needs world_size=4; this torchrun launch has 2 ranks" in rank0
+    assert "passed" not in outs[1]  # rank 1 reports nothing of its own
+    records = project.records()
+    assert sorted(r["rank"] for r in records if "rank" in r) == [0, 1]
+    assert sum(1 for r in records if r.get("plain")) == 2  # plain tests run on every rank
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, Launch(1, 2, 0, "torchrun")),
+        (
+            {
+                "OMPI_COMM_WORLD_RANK": "3",
+                "OMPI_COMM_WORLD_SIZE": "4",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+            },
+            Launch(3, 4, 1, "mpirun"),
+        ),
+        ({"SLURM_PROCID": "2", "SLURM_NTASKS": "8", "SLURM_LOCALID": "2"}, Launch(2, 8, 2, "srun")),
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0"}, None),
+        ({"RANK": "0"}, None),
+        ({}, None),
+    ],
+    ids=["torchrun", "mpirun", "srun", "srun-one-task", "partial", "none"],
+)
+def test_launchers_are_recognized_from_their_environment(
+    environ: dict[str, str], expected: Launch | None
+) -> None:
+    assert launch_from(environ) == expected
