@@ -72,10 +72,9 @@ class Hardware:
 
     @cached_property
     def cuda_count(self) -> int:
-        torch = self.torch
-        if not torch.backends.cuda.is_built():
-            return 0
-        return torch.cuda.device_count()
+        from .gpus import device_count
+
+        return device_count()
 
     @cached_property
     def gpus(self) -> tuple[GpuInfo, ...]:

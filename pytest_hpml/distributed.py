@@ -26,6 +26,7 @@ import faulthandler
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -39,16 +40,17 @@ from typing import Any
 
 import pytest
 
-from . import markers, processes
+from . import gpus, markers, processes
 from .options import SETTINGS_KEY, Settings
 
-RESULT_ENV = "HPML_DIST_RESULT"  # a spawned rank writes its reports here
-TEST_ENV = "HPML_DIST_TEST"  # the node id a spawned rank runs
-BACKEND_ENV = "HPML_DIST_BACKEND"  # the backend the parent chose for the test
-TIMEOUT_ENV = "HPML_DIST_TIMEOUT"  # seconds, for the process group's collectives
-PARENT_ENV = "HPML_DIST_PARENT"  # the parent's pid: a rank dies with it
+RESULT_ENV = "HPML_RANK_RESULT"  # a spawned rank writes its reports here
+TEST_ENV = "HPML_RANK_TEST"  # the node id a spawned rank runs
+BACKEND_ENV = "HPML_RANK_BACKEND"  # the backend the parent chose for the test
+TIMEOUT_ENV = "HPML_RANK_TIMEOUT"  # seconds, for the process group's collectives
+PARENT_ENV = "HPML_RANK_PARENT"  # the parent's pid: a rank dies with it
+GROUP_ENV = "HPML_RANK_GROUP"  # "0": a test run apart on leased GPUs, no process group
 STACK_GRACE = 0.5  # seconds a running rank gets to write its stacks before it is killed
-STACKS_ENV = "HPML_DIST_STACKS"  # where a spawned rank writes its stacks when asked
+STACKS_ENV = "HPML_RANK_STACKS"  # where a spawned rank writes its stacks when asked
 TAIL_LINES = 40
 ELASTIC_LOGGER = "torch.distributed.elastic.multiprocessing.api"
 # Frames of pytest's own machinery, left out of the stacks of ranks that were stopped.
@@ -160,7 +162,8 @@ def skip_reason(item: pytest.Item, asked: Spec) -> str | None:
     if asked.backend == "nccl" and (here is None or here.spawned):
         from .devices import hardware
 
-        found = hardware(item.config).cuda_count
+        share = gpus.share(item.config)
+        found = len(share.every) if share else hardware(item.config).cuda_count
         if found < asked.world_size:
             return (
                 f"nccl with world_size={asked.world_size} needs {asked.world_size} GPUs "
@@ -245,17 +248,59 @@ def skipped(item: pytest.Item, reason: str) -> list[pytest.TestReport]:
 
 
 def spawn_protocol(item: pytest.Item) -> bool | None:
-    """Run a distributed test in ranks of its own and log their merged reports; None for a
-    test that is no distributed test, or when this process is a rank already."""
+    """Run a distributed test in ranks of its own, or a test needing more GPUs than this xdist
+    worker has in a process of its own on leased GPUs, and log the merged reports; None for
+    the other tests, and in a process that is a rank already."""
+    if launch(item.config) is not None:
+        return None
     asked = spec(item)
-    if asked is None or launch(item.config) is not None:
+    share = gpus.share(item.config)
+    need = gpus_needed(item, asked)
+    leased = share is not None and need > len(share.mine)
+    if asked is None and not leased:
         return None
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-    reason = skip_reason(item, asked)
-    for report in skipped(item, reason) if reason else run_spawned(item, asked):
+    reason = skip_reason(item, asked) if asked else None
+    if reason:
+        reports = skipped(item, reason)
+    elif leased and need > len(share.every):  # type: ignore[union-attr]
+        reports = skipped(item, f"needs {need} GPUs, found {len(share.every)}")  # type: ignore[union-attr]
+    elif leased:
+        with share.lease(need) as chosen:  # type: ignore[union-attr]
+            apart = asked or Spec(1, "gloo", math.inf)
+            reports = run_spawned(item, apart, chosen, group=asked is not None)
+    else:
+        reports = run_spawned(item, asked)  # type: ignore[arg-type]
+    for report in reports:
         item.ihook.pytest_runtest_logreport(report=report)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
+
+
+def gpus_needed(item: pytest.Item, asked: Spec | None) -> int:
+    """GPUs a test uses at once: its gpu mark's count, an nccl test's ranks, one on cuda."""
+    need = 0
+    mark = item.get_closest_marker("gpu")
+    if mark is not None:
+        need = markers.gpu_requirement(mark).count
+    if asked is not None and asked.backend == "nccl":
+        need = max(need, asked.world_size)
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and str(callspec.params.get("device", "")).startswith("cuda"):
+        need = max(need, 1)
+    return need
+
+
+@contextlib.contextmanager
+def gpus_held(item: pytest.Item) -> Iterator[None]:
+    """In an xdist worker, hold its GPUs while a test that fits on them runs."""
+    share = gpus.share(item.config)
+    need = 0 if share is None or launch(item.config) else gpus_needed(item, spec(item))
+    if share is None or not 0 < need <= len(share.mine):
+        yield
+        return
+    with share.holding(share.mine):
+        yield
 
 
 def _crash(report: pytest.TestReport) -> str:
@@ -303,8 +348,14 @@ def deserialize(config: pytest.Config, data: dict[str, Any]) -> pytest.TestRepor
 # --------------------------------------------------------------------------- the parent
 
 
-def run_spawned(item: pytest.Item, asked: Spec) -> list[pytest.TestReport]:
-    """Run ``item`` in ``asked.world_size`` fresh ranks and merge what they reported."""
+def run_spawned(
+    item: pytest.Item, asked: Spec, visible: Sequence[str] | None = None, group: bool = True
+) -> list[pytest.TestReport]:
+    """Run ``item`` in ``asked.world_size`` fresh ranks and merge what they reported.
+
+    ``visible``: the GPUs the ranks may see (leased ones); ``group``: whether they form a
+    process group (not for a plain test run apart on leased GPUs).
+    """
     from torch.distributed import TCPStore
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
 
@@ -313,6 +364,10 @@ def run_spawned(item: pytest.Item, asked: Spec) -> list[pytest.TestReport]:
     for rank in range(asked.world_size):
         (workdir / f"rank{rank}").mkdir()
     envs = {r: _rank_env(item, asked, r, store.port, workdir) for r in range(asked.world_size)}
+    for env in envs.values():
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(visible)
+        env[GROUP_ENV] = "1" if group else "0"
     args = tuple(_rank_args(item.config, workdir, r) for r in range(asked.world_size))
     context = start_processes(
         name=f"hpml-{item.name}",
@@ -362,7 +417,7 @@ def _rank_env(item: pytest.Item, asked: Spec, rank: int, port: int, workdir: Pat
         STACKS_ENV: str(workdir / f"rank{rank}-stacks.txt"),
         TEST_ENV: item.nodeid,
         BACKEND_ENV: asked.backend,
-        TIMEOUT_ENV: str(asked.timeout),
+        TIMEOUT_ENV: str(asked.timeout) if math.isfinite(asked.timeout) else "",
         PARENT_ENV: str(os.getpid()),
         processes.RERUN_ENV: "",  # a rank measures in its own process only
     }
@@ -493,6 +548,8 @@ class Rank:
     @pytest.hookimpl
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Join the process group; launched ranks check they collected the same tests."""
+        if os.environ.get(GROUP_ENV) == "0":
+            return
         init_process_group(self.here)
         if self.here.spawned:
             return

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from . import distributed, fixtures, header, markers, options, processes, reports
+from . import distributed, fixtures, gpus, header, markers, options, processes, reports
 from .devices import hardware
 from .fixtures import check_selection, parametrize, settings, uses_hpml
 from .regression import regression
@@ -34,6 +34,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if asked is not None:  # a process started to measure benchmarks again
         config.stash[options.SETTINGS_KEY] = processes.rerun_settings(settings(config), asked)
         config.pluginmanager.register(processes.Rerun(asked), "hpml-rerun")
+    gpus.take_slice(config)  # an xdist worker sees only its GPUs, before CUDA starts here
+    config.stash[gpus.SCHEDULER_KEY] = gpus.schedule(config)
     here = distributed.launch(config)
     if here is not None:  # one of several ranks: measured here alone, reported by rank 0
         config.stash[options.SETTINGS_KEY] = distributed.rank_settings(settings(config), here)
@@ -46,6 +48,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     """Show the selection and seed; the hardware too if torch is loaded already."""
     lines = [header.settings_line(settings(config))]
+    scheduler = config.stash.get(gpus.SCHEDULER_KEY, None)
+    if scheduler is not None:
+        lines.append(scheduler.header())
     if header.torch_imported():
         lines.append(header.hardware_line(config))
         config.stash[HARDWARE_SHOWN] = True
@@ -80,8 +85,16 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
-    """Run a @pytest.mark.distributed test in ranks of its own and report them as one test."""
+    """Run a distributed test in ranks of its own (or a test needing more GPUs than this xdist
+    worker has, on leased GPUs) and report it as one test."""
     return distributed.spawn_protocol(item)
+
+
+@pytest.hookimpl(wrapper=True, specname="pytest_runtest_protocol")
+def hold_gpus(item: pytest.Item) -> object:
+    """Hold this xdist worker's GPUs while a test that uses them runs."""
+    with distributed.gpus_held(item):
+        return (yield)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -58,7 +58,7 @@ def _ranks_left(marker: str) -> list[int]:
             environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if b"HPML_DIST_TEST=" in environ and marker.encode() in environ:
+        if b"HPML_RANK_TEST=" in environ and marker.encode() in environ:
             alive.append(int(entry.name))
     return alive
 
