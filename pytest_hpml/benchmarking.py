@@ -320,6 +320,14 @@ class HpmlBenchmark(BenchmarkFixture):
             higher_is_worse=higher_is_worse,
         )
 
+    def cite(self, name: str, value: float, source: str) -> None:
+        """Show a published figure (a book's, a paper's) beside the metric ``name`` measured
+        here: reference data for the reader, never judged."""
+        if name not in self.metrics:
+            measured = ", ".join(self.metrics) or "none yet"
+            raise ValueError(f"cite() after measuring: no metric {name!r} (measured: {measured})")
+        self.metrics[name]["cited"] = {"value": value, "source": source}
+
     def __call__(self, function_to_benchmark: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Benchmark ``function_to_benchmark(*args, **kwargs)``; returns its result."""
         call = _bind(function_to_benchmark, args, kwargs)

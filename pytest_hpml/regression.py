@@ -216,6 +216,11 @@ class Regression:
         tr.write_sep("=", "hpml benchmarks")
         for line in reports.table(self.results):
             tr.write_line(line)
+        cited = reports.citations(self.results)
+        if cited:
+            tr.write_line("hpml: published figures beside ours:")
+            for line in cited:
+                tr.write_line(f"  {line}")
         summary = ", ".join(f"{n} {v}" for v, n in reports.counts(self.results).items())
         tr.write_line(
             f"hpml: {summary or 'no metrics'}; baselines: {self.directory} "

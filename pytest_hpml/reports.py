@@ -71,6 +71,23 @@ def table(results: list[dict[str, Any]]) -> list[str]:
     return align(COLUMNS, rows(results))
 
 
+def citations(results: list[dict[str, Any]]) -> list[str]:
+    """'test metric: here 2.9 x; cited 1.67 x (source)', for metrics citing a published figure."""
+    lines = []
+    for result in results:
+        for name, record in sorted(result["metrics"].items()):
+            cited = record.get("cited")
+            if not cited:
+                continue
+            unit = record.get("unit", "")
+            here = result["verdicts"].get(name, {}).get("current")
+            lines.append(
+                f"{result['test']} {name}: here {fmt(here, unit)}; "
+                f"cited {fmt(cited['value'], unit)} ({cited['source']})"
+            )
+    return lines
+
+
 def align(columns: Sequence[str], body: list[dict[str, str]]) -> list[str]:
     """A header line and one line per row, each column padded to its widest cell."""
     widths = {c: max([len(c), *(len(r[c]) for r in body)]) for c in columns}
@@ -133,6 +150,9 @@ def markdown(document: dict[str, Any]) -> str:
         cells = [f"`{row['test']}`", *(row[c] for c in COLUMNS[1:-1]), mark or row["verdict"]]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     lines += ["", ", ".join(f"{n} {v}" for v, n in found.items()) or "no metrics"]
+    cited = citations(results)
+    if cited:
+        lines += ["", "Published figures beside ours:", "", *(f"- {line}" for line in cited)]
     lines += [f"\n**Error:** {e}" for e in document.get("errors", ())]
     return "\n".join(lines) + "\n"
 

@@ -341,3 +341,37 @@ def test_markdown_report_has_the_verdict_table(project: Project) -> None:
         in lines
     )
     assert "| `test_inner.py::test_0` | n | - | 1 | - | - | - | no-baseline |" in lines
+
+
+CITED = """
+import pytest
+
+
+def test_cited(benchmark):
+    benchmark.record("speedup", 2.5, unit="x")
+    benchmark.cite("speedup", 1.67, "book ch. 7: EfficientNet, A100, AMP fp16")
+
+
+def test_cited_too_early(benchmark):
+    benchmark.cite("speedup", 1.67, "book")
+"""
+
+
+def test_a_cited_figure_is_shown_beside_ours_and_not_judged(project: Project) -> None:
+    project.write_tests(CITED)
+    result = project.run("--hpml-report=report.json", "--hpml-report-md=summary.md")
+    result.assert_outcomes(passed=1, failed=1)
+    line = (
+        "*test_cited speedup: here 2.5 x; cited 1.67 x (book ch. 7: EfficientNet, A100, AMP fp16)"
+    )
+    result.stdout.fnmatch_lines(["hpml: published figures beside ours:", line])
+    result.stdout.fnmatch_lines(
+        ["*cite() after measuring: no metric 'speedup' (measured: none yet)"]
+    )
+    report = json.loads((project.path / "report.json").read_text())
+    [cited] = [r for r in report["results"] if r["test"].endswith("test_cited")]
+    assert cited["metrics"]["speedup"]["cited"] == {
+        "value": 1.67,
+        "source": "book ch. 7: EfficientNet, A100, AMP fp16",
+    }
+    assert "cited 1.67 x" in (project.path / "summary.md").read_text()
