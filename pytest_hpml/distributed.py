@@ -48,6 +48,7 @@ TEST_ENV = "HPML_RANK_TEST"  # the node id a spawned rank runs
 BACKEND_ENV = "HPML_RANK_BACKEND"  # the backend the parent chose for the test
 TIMEOUT_ENV = "HPML_RANK_TIMEOUT"  # seconds, for the process group's collectives
 PARENT_ENV = "HPML_RANK_PARENT"  # the parent's pid: a rank dies with it
+BENCH_TIME_ENV = "HPML_RANK_BENCH_TIME"  # seconds of rounds per benchmark in this process
 GROUP_ENV = "HPML_RANK_GROUP"  # "0": a test run apart on leased GPUs, no process group
 STACK_GRACE = 0.5  # seconds a running rank gets to write its stacks before it is killed
 STACKS_ENV = "HPML_RANK_STACKS"  # where a spawned rank writes its stacks when asked
@@ -106,10 +107,12 @@ def launch(config: pytest.Config) -> Launch | None:
 def rank_settings(chosen: Settings, here: Launch) -> Settings:
     """A rank measures in its own process only; only the reporting rank writes reports."""
     quiet = here.spawned or here.rank != 0
+    budget = os.environ.get(BENCH_TIME_ENV)  # a spawned rank measures for its parent's share
     return dataclasses.replace(
         chosen,
         processes=1,
         record_processes=1,
+        bench_time=float(budget) if here.spawned and budget else chosen.bench_time,
         report="" if quiet else chosen.report,
         report_md="" if quiet else chosen.report_md,
         report_html="" if quiet else chosen.report_html,
@@ -399,6 +402,12 @@ def _quiet(name: str) -> Iterator[None]:
         logger.setLevel(level)
 
 
+def _budget(config: pytest.Config) -> float:
+    from .regression import regression  # regression imports this module
+
+    return regression(config).budget()
+
+
 def _rank_env(item: pytest.Item, asked: Spec, rank: int, port: int, workdir: Path) -> dict:
     return {
         "RANK": str(rank),
@@ -420,6 +429,7 @@ def _rank_env(item: pytest.Item, asked: Spec, rank: int, port: int, workdir: Pat
         TIMEOUT_ENV: str(asked.timeout) if math.isfinite(asked.timeout) else "",
         PARENT_ENV: str(os.getpid()),
         processes.RERUN_ENV: "",  # a rank measures in its own process only
+        BENCH_TIME_ENV: str(_budget(item.config)),
     }
 
 

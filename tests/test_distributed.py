@@ -7,6 +7,7 @@ The inner runs start real rank processes, so they run in a fresh interpreter
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from tests.conftest import Project
 
 RANKS = """
+import json
 import os
 import time
 
@@ -159,6 +161,7 @@ def test_a_rank_that_dies_fails_the_test_with_its_exit(
         project,
         f"""
 import ctypes
+import json
 import os
 import signal
 
@@ -389,3 +392,28 @@ def test_launchers_are_recognized_from_their_environment(
     environ: dict[str, str], expected: Launch | None
 ) -> None:
     assert launch_from(environ) == expected
+
+
+def test_a_benchmark_in_a_distributed_test_is_recorded_once_from_rank_0(project: Project) -> None:
+    _project(
+        project,
+        """
+import pytest
+import torch
+
+
+@pytest.mark.distributed(world_size=2)
+def test_bench(rank, benchmark, record):
+    x = torch.randn(64, 64)
+    benchmark(lambda: x @ x)
+    record(rank=rank)
+""",
+    )
+    result = project.run_subprocess("--hpml-baseline=update", "--hpml-bench-time=0.5")
+    result.assert_outcomes(passed=1)
+    [path] = project.baseline_dir.glob("machine-*.json")
+    entries = json.loads(path.read_text())["entries"]
+    assert list(entries) == ["test_inner.py::test_bench"]
+    samples = entries["test_inner.py::test_bench"]["time"]["samples"]
+    assert len(samples) >= 5
+    assert sorted(r["rank"] for r in project.records()) == [0, 1]
