@@ -322,7 +322,10 @@ class HpmlBenchmark(BenchmarkFixture):
 
     def cite(self, name: str, value: float, source: str) -> None:
         """Show a published figure (a book's, a paper's) beside the metric ``name`` measured
-        here: reference data for the reader, never judged."""
+        here: reference data for the reader, never judged. Nothing to cite beside when timing is
+        off (``--benchmark-disable``, xdist)."""
+        if self.disabled:
+            return
         if name not in self.metrics:
             measured = ", ".join(self.metrics) or "none yet"
             raise ValueError(f"cite() after measuring: no metric {name!r} (measured: {measured})")
