@@ -522,8 +522,9 @@ class DynamoCounters:
             return {}
         end = _dynamo_counts()
         graphs = self.warm["graphs"] - self.start["graphs"]
-        if graphs <= 0:
-            return {}
+        if end["frames"] == self.start["frames"]:
+            return {}  # dynamo saw no frame: no compiled code here
+        # A frame dynamo gave up on entirely makes 0 graphs: recorded, so that it shows.
         return {
             "graphs": graphs,
             "graph_breaks": self.warm["breaks"] - self.start["breaks"],
@@ -536,9 +537,14 @@ def _dynamo_counts() -> dict[str, int] | None:
         return None
     from torch._dynamo.utils import counters
 
-    # An explicit break counts under graph_break, an unsupported construct under unimplemented.
-    breaks = sum(counters["graph_break"].values()) + sum(counters["unimplemented"].values())
-    return {"graphs": counters["stats"]["unique_graphs"], "breaks": breaks}
+    # An explicit break counts under graph_break, an unsupported construct under unimplemented,
+    # and a break inside an inlined module under both: the larger one does not count it twice.
+    breaks = max(sum(counters["graph_break"].values()), sum(counters["unimplemented"].values()))
+    return {
+        "graphs": counters["stats"]["unique_graphs"],
+        "breaks": breaks,
+        "frames": counters["frames"]["total"],
+    }
 
 
 def _bind(

@@ -206,16 +206,31 @@ def test_broken(benchmark):
 
 def test_eager(benchmark):
     benchmark(torch.ones(4).sin)
+
+
+def test_gave_up(benchmark):
+    def step(x):
+        for _ in range(2):  # a data-dependent branch in a loop: dynamo runs the frame eagerly
+            x = x * 2
+            if x.sum() > 0:
+                x = x + 1
+        return x
+
+    benchmark(torch.compile(step, backend="eager"), torch.ones(4))
 """
 
 
 def test_compiled_code_records_graphs_breaks_and_recompiles(project: Project) -> None:
     project.write_tests(COMPILED)
-    project.bench("--hpml-baseline=update").assert_outcomes(passed=2)
+    project.bench("--hpml-baseline=update").assert_outcomes(passed=3)
     stored = project.stored("portable")
     broken = {k: v["value"] for k, v in stored["test_inner.py::test_broken"].items()}
     assert broken == {"graphs": 2, "graph_breaks": 1, "recompiles": 0}
     assert "test_inner.py::test_eager" not in stored  # nothing compiled, no compile metrics
+    # Compiled code that dynamo gave up on still records its counts: losing a graph shows.
+    gave_up = {k: v["value"] for k, v in stored["test_inner.py::test_gave_up"].items()}
+    assert set(gave_up) == {"graphs", "graph_breaks", "recompiles"}
+    assert gave_up["graph_breaks"] >= 1
 
 
 def test_variants_record_each_time_and_paired_speedups(project: Project) -> None:
