@@ -250,7 +250,7 @@ def skipped(item: pytest.Item, reason: str) -> list[pytest.TestReport]:
     ]
 
 
-def spawn_protocol(item: pytest.Item) -> bool | None:
+def spawn_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
     """Run a distributed test in ranks of its own, or a test needing more GPUs than this xdist
     worker has in a process of its own on leased GPUs, and log the merged reports; None for
     the other tests, and in a process that is a rank already."""
@@ -276,8 +276,21 @@ def spawn_protocol(item: pytest.Item) -> bool | None:
         reports = run_spawned(item, asked)  # type: ignore[arg-type]
     for report in reports:
         item.ihook.pytest_runtest_logreport(report=report)
+    _tear_down_before(item, nextitem)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
+
+
+def _tear_down_before(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """What this process set up for earlier tests (module, class fixtures) and ``nextitem``
+    does not need is torn down here, as pytest's own protocol does after each test."""
+    # pytest_runtest_teardown would also read what setup left in the item's stash, and this
+    # process never set the item up: only its setup state is unwound.
+    state = item.session._setupstate
+    call = pytest.CallInfo.from_call(lambda: state.teardown_exact(nextitem), "teardown")
+    if call.excinfo is not None:
+        report = item.ihook.pytest_runtest_makereport(item=item, call=call)
+        item.ihook.pytest_runtest_logreport(report=report)
 
 
 def gpus_needed(item: pytest.Item, asked: Spec | None) -> int:
@@ -384,6 +397,10 @@ def run_spawned(
     finally:
         with _quiet(ELASTIC_LOGGER):  # "Sending process N closing signal SIGTERM"
             context.close(timeout=5)
+        for handler in context.subprocess_handlers.values():  # torch closes only running ones'
+            for stream in (handler._stdout, handler._stderr):
+                if stream is not None:
+                    stream.close()
         del store
     try:
         return merge(item, runs)
@@ -521,7 +538,9 @@ def _tail(*paths: str | None) -> str:
     for path in paths:
         if path:
             lines += _read(Path(path)).splitlines()
-    return "\n".join(lines[-TAIL_LINES:])
+    # A crash dump lists the crashing frame first: keep it whole rather than the last lines.
+    crash = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error")), None)
+    return "\n".join(lines[crash:] if crash is not None else lines[-TAIL_LINES:])
 
 
 # --------------------------------------------------------------------------- the ranks

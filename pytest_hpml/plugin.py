@@ -87,7 +87,7 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
     """Run a distributed test in ranks of its own (or a test needing more GPUs than this xdist
     worker has, on leased GPUs) and report it as one test."""
-    return distributed.spawn_protocol(item)
+    return distributed.spawn_protocol(item, nextitem)
 
 
 @pytest.hookimpl(wrapper=True, specname="pytest_runtest_protocol")

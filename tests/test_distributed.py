@@ -417,3 +417,38 @@ def test_bench(rank, benchmark, record):
     samples = entries["test_inner.py::test_bench"]["time"]["samples"]
     assert len(samples) >= 5
     assert sorted(r["rank"] for r in project.records()) == [0, 1]
+
+
+def test_module_fixtures_are_torn_down_after_a_module_ending_in_a_distributed_test(
+    project: Project,
+) -> None:
+    project.pytester.makepyfile(
+        test_a="""
+import pytest
+
+
+@pytest.fixture(scope="module")
+def opened(request):
+    yield
+    with (request.config.rootpath / "order.txt").open("a") as out:
+        out.write("test_a closed\\n")
+
+
+def test_plain(opened):
+    pass
+
+
+@pytest.mark.distributed(world_size=2)
+def test_ranks(rank):
+    pass
+""",
+        test_b="""
+def test_next_module(request):
+    with (request.config.rootpath / "order.txt").open("a") as out:
+        out.write("test_b ran\\n")
+""",
+    )
+    result = project.run_subprocess("-W", "error::ResourceWarning", "test_a.py", "test_b.py")
+    result.assert_outcomes(passed=3)
+    order = (project.path / "order.txt").read_text().splitlines()
+    assert order == ["test_a closed", "test_b ran"]
