@@ -419,10 +419,10 @@ def _quiet(name: str) -> Iterator[None]:
         logger.setLevel(level)
 
 
-def _budget(config: pytest.Config) -> float:
+def _budget(item: pytest.Item) -> float:
     from .regression import regression  # regression imports this module
 
-    return regression(config).budget()
+    return regression(item.config).budget(item.nodeid)
 
 
 def _rank_env(item: pytest.Item, asked: Spec, rank: int, port: int, workdir: Path) -> dict:
@@ -446,7 +446,7 @@ def _rank_env(item: pytest.Item, asked: Spec, rank: int, port: int, workdir: Pat
         TIMEOUT_ENV: str(asked.timeout) if math.isfinite(asked.timeout) else "",
         PARENT_ENV: str(os.getpid()),
         processes.RERUN_ENV: "",  # a rank measures in its own process only
-        BENCH_TIME_ENV: str(_budget(item.config)),
+        BENCH_TIME_ENV: str(_budget(item)),
     }
 
 

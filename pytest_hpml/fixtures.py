@@ -240,7 +240,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Any:
     sync = synchronizer(device)
     _, batch_size = markers.bench_settings(request.node.get_closest_marker("hpml_bench"))
     plan = Plan(
-        budget=regression(request.config).budget(),
+        budget=regression(request.config).budget(request.node.nodeid),
         min_rounds=benchmark._min_rounds,
         disable_gc=benchmark._disable_gc,
         timer=benchmark._timer,

@@ -85,9 +85,12 @@ class Regression:
         stored = self._entries(baselines.machine_path(self.directory, self.fingerprint))
         return count if stored.get(test) else 1
 
-    def budget(self) -> float:
-        """Seconds of rounds per process: the processes of a comparison share --hpml-bench-time,
-        and a recording process gets as much as one of them."""
+    def budget(self, test: str) -> float:
+        """Seconds of rounds for ``test`` in this process: all of --hpml-bench-time when it is
+        measured here alone; else the share of one of a comparison's processes, which a
+        recording process gets too."""
+        if self.processes_for(test) == 1:
+            return self.settings.bench_time
         return self.settings.bench_time / self.settings.processes
 
     def measure_again(self) -> None:
@@ -97,9 +100,8 @@ class Regression:
         if not tests:
             return
         self.process_count = max(counts[test] for test in tests)
-        self.reruns = processes.measure_again(
-            self.config, tests, self.process_count - 1, self.budget()
-        )
+        share = self.settings.bench_time / self.settings.processes
+        self.reruns = processes.measure_again(self.config, tests, self.process_count - 1, share)
         pooled_tests = set(processes.pool(self.results, self.reruns))
         for result in self.results:
             if result["test"] in pooled_tests:

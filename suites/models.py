@@ -1,13 +1,15 @@
 """Models and data shared by every regression suite, kept in one place so that suites agree.
 
 Everything here is tiny on purpose: the suites run on a 2-core CPU in CI, fp16 autocast on a
-CPU is slow, and a suite checks behaviour, not speed; only :func:`linear_stack`, the benchmarks'
-model, has millions of parameters. Weights and data come from their own
-seeds, so a reference computed in one place equals the one computed in another whatever the
-test did to the global RNG before.
+CPU is slow, and a suite checks behaviour, not speed; only the benchmarks' models,
+:func:`linear_stack` and the book's CNN :func:`book_cnn`, have millions of parameters. Weights
+and data come from their own seeds, so a reference computed in one place equals the one
+computed in another whatever the test did to the global RNG before.
 """
 
 from __future__ import annotations
+
+from collections import OrderedDict
 
 import torch
 from torch import nn
@@ -76,3 +78,44 @@ def linear_stack(width: int = 512, depth: int = 16, seed: int = 0) -> nn.Module:
         for _ in range(depth):
             layers += [nn.Linear(width, width), nn.ReLU()]
         return nn.Sequential(*layers[:-1])
+
+
+def book_cnn(channels: int = 1, size: int = 28, bias: bool = True, seed: int = 0) -> nn.Sequential:
+    """The book's CNN (chapters 2, 6 and 9), on the CPU, whose weights depend only on ``seed``.
+
+    Conv2d(C, 32, 3, padding=1) → ReLU → MaxPool2d(2) → Conv2d(32, 64, 3, padding=1) → ReLU →
+    MaxPool2d(2) → Flatten → Linear(64·(size/4)², 512) → Linear(512, 10), with no ReLU between
+    the two linears, as the book lists it. Parameters: 1,630,090 for 1x28x28 (Fashion-MNIST),
+    2,122,186 for 3x32x32 (CIFAR-10). ``bias=False`` drops the bias of all four layers
+    (32 + 64 + 512 + 10 = 618 parameters, the only subset of biases that sums to the book's
+    cut): 1,629,472 for 1x28x28. Layers are named (``conv1``, ``fc1``...) for pruning tools.
+    """
+    if size % 4:
+        raise ValueError(f"size must be a multiple of 4 (two 2x2 poolings), got {size}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Sequential(
+            OrderedDict(
+                conv1=nn.Conv2d(channels, 32, kernel_size=3, padding=1, bias=bias),
+                relu1=nn.ReLU(),
+                pool1=nn.MaxPool2d(2),
+                conv2=nn.Conv2d(32, 64, kernel_size=3, padding=1, bias=bias),
+                relu2=nn.ReLU(),
+                pool2=nn.MaxPool2d(2),
+                flatten=nn.Flatten(),
+                fc1=nn.Linear(64 * (size // 4) ** 2, 512, bias=bias),
+                fc2=nn.Linear(512, CLASSES, bias=bias),
+            )
+        )
+
+
+def book_batch(
+    batch_size: int = 32, channels: int = 1, size: int = 28, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random CPU images shaped like the book's data (1x28x28 Fashion-MNIST by default, 3x32x32
+    CIFAR-10 with ``channels=3, size=32``) and labels below :data:`CLASSES`, for
+    :func:`book_cnn`."""
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.randn(batch_size, channels, size, size, generator=generator)
+    labels = torch.randint(0, CLASSES, (batch_size,), generator=generator)
+    return images, labels

@@ -72,6 +72,16 @@ def test_processes_share_the_bench_time(project3: Project) -> None:
         assert measured < 0.75
 
 
+def test_a_benchmark_measured_in_one_process_gets_all_the_bench_time(project3: Project) -> None:
+    project3.bench(
+        "--hpml-baseline=off", "--hpml-processes=3", "--hpml-bench-time=1", "--hpml-report=r.json"
+    )
+    [entry] = json.loads((project3.path / "r.json").read_text())["results"]
+    run = entry["metrics"]["time"]
+    measured = run["iterations"] * sum(run["samples"]) + sum(run["reference"])
+    assert measured > 0.75  # not a third of the second
+
+
 def test_compare_without_a_baseline_measures_in_one_process(project3: Project) -> None:
     result = project3.bench("--hpml-processes=3")
     assert result.ret == pytest.ExitCode.OK
