@@ -558,6 +558,13 @@ def training_step(
     return step
 
 
+# The absolute step times are judged loosely: the reference workload tracks these two-thread
+# convolution steps poorly. In a compare run on the 2-core VM right after recording, the book
+# CNN's fp32 and bf16 steps were 4% and 6% faster raw but 16.6% and 12.7% slower in reference
+# units. The in-run speed-ups carry their own tolerance and stay the sharper signal.
+TIME_THRESHOLD = 0.3
+
+
 def benchmark_speedup(
     benchmark: Any,
     model: nn.Module,
@@ -591,6 +598,7 @@ def cnn_batch_size(device: torch.device, precision: Precision) -> int:
     return 4 if precision.name == "fp16" and device.type == "cpu" else 32
 
 
+@pytest.mark.hpml_bench(threshold=TIME_THRESHOLD)
 @pytest.mark.precision("tf32", "fp16", "bf16")
 def test_book_cnn_training_step_speedup_over_fp32(
     benchmark: Any, device: torch.device, precision: Precision
@@ -615,6 +623,7 @@ def resnet_batch() -> tuple[torch.Tensor, torch.Tensor]:
     return images, torch.randint(0, 10, (RESNET_BATCH,), generator=gen)
 
 
+@pytest.mark.hpml_bench(threshold=TIME_THRESHOLD)
 @pytest.mark.precision("tf32", "fp16", "bf16")
 def test_resnet18_training_step_speedup_over_fp32(
     benchmark: Any, device: torch.device, precision: Precision
