@@ -10,6 +10,8 @@ computed in another whatever the test did to the global RNG before.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -119,3 +121,14 @@ def book_batch(
     images = torch.randn(batch_size, channels, size, size, generator=generator)
     labels = torch.randint(0, CLASSES, (batch_size,), generator=generator)
     return images, labels
+
+
+@contextmanager
+def threads(count: int) -> Iterator[None]:
+    """torch's intra-op thread count (process-wide) set to ``count`` inside, restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -12,10 +12,8 @@ time of one 128-sample "epoch" at each size, with the book's epoch-time ratio ci
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
-from collections.abc import Iterator
 from typing import Any, Callable
 
 import pytest
@@ -25,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, TensorDataset
 
-from suites.models import book_batch, book_cnn, digits, mlp
+from suites.models import book_batch, book_cnn, digits, mlp, threads
 
 BOOK_BATCHES = {64: (148, 83.99), 128: (96, 82.14), 256: (76, 80.01)}  # seconds, accuracy %
 BOOK_SOURCE = (
@@ -101,7 +99,9 @@ def digits_accuracy(batch_size: int, epochs: int = 10, lr: float = 0.1, seed: in
         shuffle=True,
         generator=torch.Generator().manual_seed(seed),
     )
-    with one_thread():
+    # One thread: the same sums in the same order everywhere, and far faster for a 64-32-10
+    # MLP than threads waiting on each other (18 s with two threads on the loaded 2-core VM).
+    with threads(1):
         for _ in range(epochs):
             for x, y in loader:
                 optimizer.zero_grad(set_to_none=True)
@@ -109,19 +109,6 @@ def digits_accuracy(batch_size: int, epochs: int = 10, lr: float = 0.1, seed: in
                 optimizer.step()
         with torch.no_grad():
             return (model(features[test]).argmax(1) == labels[test]).float().mean().item()
-
-
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """One intra-op thread: the same sums in the same order on every machine, and far faster
-    for a 64-32-10 MLP than threads that wait on each other (the accuracy test took 18 s with
-    two threads on the 2-core VM while other jobs ran)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # Only record() and cite() are used: pytest-benchmark's "fixture was not used" warning is moot.

@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from itertools import product
 from typing import Any, Callable
 
@@ -42,7 +41,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from pytest_hpml import Precision
-from suites.models import book_batch, book_cnn, image_batch, tiny_cnn
+from suites.models import book_batch, book_cnn, image_batch, threads, tiny_cnn
 
 RANKS = 2
 Action = Callable[[], Any]
@@ -356,17 +355,6 @@ class FollowTheLeader:
         calls = [int(n) for n in gathered(torch.tensor([self.calls], device=self.word.device))]
         assert calls == [calls[0]] * len(calls), f"actions run per rank: {calls}"
         assert calls[0] >= minimum, f"rank 0 called {calls[0]} actions"
-
-
-@contextmanager
-def threads(count: int) -> Iterator[None]:
-    """torch's intra-op threads set to ``count`` inside, restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # The book's chapter 9: the same global batch trained as RANKS processes of 1 thread each (DDP,

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from suites.models import book_batch, book_cnn
+from suites.models import threads as threads_set_to
 
 USABLE_CORES = len(os.sched_getaffinity(0))
 
@@ -140,17 +141,13 @@ def test_thread_count_does_not_change_the_gradients() -> None:
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
 
 
-def with_threads(threads: int, fn: Callable[[], None]) -> Callable[[], None]:
-    """``fn`` run with ``threads`` threads; the count is put back after each call, so the
+def with_threads(count: int, fn: Callable[[], None]) -> Callable[[], None]:
+    """``fn`` run with ``count`` threads; the count is put back after each call, so the
     plugin's reference workload (run before each round) always runs with the same count."""
 
     def run() -> None:
-        before = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
+        with threads_set_to(count):
             fn()
-        finally:
-            torch.set_num_threads(before)
 
     return run
 
