@@ -66,13 +66,22 @@ class Share:
     every: tuple[str, ...]
     locks: Path
 
+    def _lock(self, stack: contextlib.ExitStack, gpu: str, wait: bool) -> bool:
+        """Lock one GPU's file until ``stack`` closes; False if another test holds it and
+        ``wait`` is off."""
+        handle = stack.enter_context(open(self.locks / f"gpu-{gpu}.lock", "w"))  # noqa: SIM115
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
     @contextlib.contextmanager
     def holding(self, gpus: Sequence[str]) -> Iterator[None]:
         """Hold the locks of ``gpus`` (in a fixed order: no deadlock between workers)."""
         with contextlib.ExitStack() as stack:
             for gpu in sorted(gpus):
-                handle = stack.enter_context(open(self.locks / f"gpu-{gpu}.lock", "w"))
-                fcntl.flock(handle, fcntl.LOCK_EX)
+                self._lock(stack, gpu, wait=True)
             yield
 
     @contextlib.contextmanager
@@ -80,17 +89,13 @@ class Share:
         """Wait for ``count`` GPUs that no other test holds; yield their ids while held."""
         while True:
             with contextlib.ExitStack() as stack:
-                got = []
-                for gpu in self.every:
-                    handle = stack.enter_context(open(self.locks / f"gpu-{gpu}.lock", "w"))
-                    try:
-                        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except BlockingIOError:
-                        continue
-                    got.append(gpu)
-                    if len(got) == count:
-                        yield got
-                        return
+                got: list[str] = []
+                for gpu in self.every:  # stop at ``count``: hold no GPU the test does not use
+                    if len(got) < count and self._lock(stack, gpu, wait=False):
+                        got.append(gpu)
+                if len(got) == count:
+                    yield got
+                    return
             time.sleep(POLL)  # all released: let the holders finish
 
 

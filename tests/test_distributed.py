@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from tests.conftest import Project
 
 RANKS = """
-import json
 import os
 import time
 
@@ -65,6 +64,17 @@ def _ranks_left(marker: str) -> list[int]:
     return alive
 
 
+def _fails_alone(project: Project, source: str) -> tuple[str, float]:
+    """Run ``source`` (one failing distributed test) with a plain test after it: the failing
+    test fails, the plain one still passes. Returns the output and the seconds it took."""
+    _project(project, source + "\n\ndef test_after():\n    pass\n")
+    start = time.monotonic()
+    result = project.run_subprocess()
+    elapsed = time.monotonic() - start
+    result.assert_outcomes(passed=1, failed=1)
+    return result.stdout.str(), elapsed
+
+
 def test_each_rank_runs_the_test_with_the_process_group_up(project: Project) -> None:
     _project(project, RANKS)
     result = project.run_subprocess("-v")
@@ -80,7 +90,7 @@ def test_each_rank_runs_the_test_with_the_process_group_up(project: Project) -> 
 
 
 def test_a_rank_that_raises_fails_the_test_promptly_with_its_traceback(project: Project) -> None:
-    _project(
+    out, elapsed = _fails_alone(
         project,
         """
 import pytest
@@ -92,17 +102,8 @@ def test_rank1_raises(rank):
     if rank == 1:
         raise ValueError("boom from rank 1")
     dist.barrier()  # rank 0 waits here for a rank that is gone
-
-
-def test_after():
-    pass
 """,
     )
-    start = time.monotonic()
-    result = project.run_subprocess()
-    elapsed = time.monotonic() - start
-    result.assert_outcomes(passed=1, failed=1)
-    out = result.stdout.str()
     assert "rank 1 failed" in out
     assert "ValueError: boom from rank 1" in out
     assert 'raise ValueError("boom from rank 1")' in out  # the full traceback, source shown
@@ -110,7 +111,7 @@ def test_after():
 
 
 def test_a_rank_that_hangs_fails_at_the_timeout_with_its_stack(project: Project) -> None:
-    _project(
+    out, elapsed = _fails_alone(
         project,
         """
 import time
@@ -128,17 +129,8 @@ def test_rank0_hangs(rank):
     if rank == 0:
         wait_forever()
     dist.barrier()
-
-
-def test_after():
-    pass
 """,
     )
-    start = time.monotonic()
-    result = project.run_subprocess()
-    elapsed = time.monotonic() - start
-    result.assert_outcomes(passed=1, failed=1)
-    out = result.stdout.str()
     assert "rank 0 did not finish call: timed out after 8 s" in out
     assert "in wait_forever" in out  # rank 0's stack, from faulthandler
     assert elapsed < 8 + 45
@@ -157,11 +149,10 @@ def test_after():
 def test_a_rank_that_dies_fails_the_test_with_its_exit(
     project: Project, death: str, said: str
 ) -> None:
-    _project(
+    out, elapsed = _fails_alone(
         project,
         f"""
 import ctypes
-import json
 import os
 import signal
 
@@ -174,19 +165,11 @@ def test_rank1_dies(rank):
     if rank == 1:
         {death}
     dist.barrier()
-
-
-def test_after():
-    pass
 """,
     )
-    start = time.monotonic()
-    result = project.run_subprocess()
-    result.assert_outcomes(passed=1, failed=1)
-    out = result.stdout.str()
     assert "rank 1 did not finish call" in out
     assert said in out
-    assert time.monotonic() - start < 60
+    assert elapsed < 60
     assert _ranks_left(str(project.path)) == []
 
 
