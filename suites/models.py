@@ -9,11 +9,13 @@ computed in another whatever the test did to the global RNG before.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 IMAGE_SHAPE = (3, 16, 16)
@@ -53,9 +55,14 @@ def image_batch(batch_size: int = 8, seed: int = 0) -> tuple[torch.Tensor, torch
     return images, labels
 
 
+@functools.cache
 def digits() -> tuple[torch.Tensor, torch.Tensor]:
     """scikit-learn's bundled 8x8 digits (1,797 images, no download): standardized pixels and
-    their labels."""
+    their labels, flat (64 features).
+
+    Loaded once per process (reading the file costs ~0.1 s and many tests train on it): the
+    tensors are shared, so index, view or copy them, never change them in place.
+    """
     from sklearn.datasets import load_digits
 
     features, labels = load_digits(return_X_y=True)
@@ -69,6 +76,32 @@ def mlp(inputs: int = 64, hidden: int = 32, classes: int = CLASSES, seed: int = 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, classes))
+
+
+def digits_cnn(seed: int = 0) -> nn.Sequential:
+    """A small CNN for :func:`digits` viewed as 1x8x8 images, on the CPU, weights from ``seed``."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Sequential(
+            nn.Conv2d(1, 8, kernel_size=3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(8, 16, kernel_size=3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(16 * 4 * 4, 10),
+        )
+
+
+def train_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor, labels: torch.Tensor
+) -> torch.Tensor:
+    """One plain training step: zero the gradients, cross-entropy forward, backward, update.
+    Returns the loss, detached."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(images), labels)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
 
 
 def linear_stack(width: int = 512, depth: int = 16, seed: int = 0) -> nn.Module:

@@ -35,29 +35,7 @@ import torchvision
 from torch import nn
 
 from pytest_hpml import Precision
-from suites.models import book_batch, book_cnn, mlp
-from suites.models import digits as load_digits
-
-# Loaded once: every test here trains on it, and reading it costs ~0.1 s a time. The tensors are
-# only ever read (indexed, viewed, copied to the device), never changed in place.
-digits = functools.cache(load_digits)
-
-
-def digits_cnn(seed: int = 0) -> nn.Sequential:
-    """A small CNN for :func:`digits` reshaped to 1x8x8, on the CPU, weights from ``seed``.
-
-    (Belongs in suites/models.py beside :func:`mlp`.)
-    """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return nn.Sequential(
-            nn.Conv2d(1, 8, kernel_size=3, padding=1),
-            nn.ReLU(),
-            nn.Conv2d(8, 16, kernel_size=3, stride=2, padding=1),
-            nn.ReLU(),
-            nn.Flatten(),
-            nn.Linear(16 * 4 * 4, 10),
-        )
+from suites.models import book_batch, book_cnn, digits, digits_cnn, mlp
 
 
 def tf32_flags() -> tuple[bool, bool]:

@@ -12,18 +12,16 @@ time of one 128-sample "epoch" at each size, with the book's epoch-time ratio ci
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, Callable
 
 import pytest
 import torch
-import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, TensorDataset
 
-from suites.models import book_batch, book_cnn, digits, mlp, threads
+from suites.models import book_batch, book_cnn, digits, mlp, threads, train_step
 
 BOOK_BATCHES = {64: (148, 83.99), 128: (96, 82.14), 256: (76, 80.01)}  # seconds, accuracy %
 BOOK_SOURCE = (
@@ -35,14 +33,9 @@ BOOK_SOURCE = (
 DIGITS = 1797  # scikit-learn's digits: the dataset the loader tests draw their samples from
 
 
-@functools.lru_cache(maxsize=1)
-def cached_digits() -> tuple[torch.Tensor, torch.Tensor]:
-    return digits()  # loading scikit-learn's file once per session, not once per example
-
-
 def epoch(n: int, batch_size: int, drop_last: bool) -> list[torch.Tensor]:
     """The index column of each batch of one shuffled epoch over the first ``n`` digits."""
-    features, labels = cached_digits()
+    features, labels = digits()
     dataset = TensorDataset(torch.arange(n), features[:n], labels[:n])
     loader = DataLoader(
         dataset,
@@ -87,7 +80,7 @@ def test_a_fashion_mnist_epoch_has_fewer_steps_at_bigger_batches(
 
 def digits_accuracy(batch_size: int, epochs: int = 10, lr: float = 0.1, seed: int = 0) -> float:
     """Test accuracy of :func:`mlp` trained with SGD on 80% of the digits."""
-    features, labels = cached_digits()
+    features, labels = digits()
     order = torch.randperm(len(features), generator=torch.Generator().manual_seed(seed))
     cut = int(0.8 * len(order))
     train, test = order[:cut], order[cut:]
@@ -104,9 +97,7 @@ def digits_accuracy(batch_size: int, epochs: int = 10, lr: float = 0.1, seed: in
     with threads(1):
         for _ in range(epochs):
             for x, y in loader:
-                optimizer.zero_grad(set_to_none=True)
-                F.cross_entropy(model(x), y).backward()
-                optimizer.step()
+                train_step(model, optimizer, x, y)
         with torch.no_grad():
             return (model(features[test]).argmax(1) == labels[test]).float().mean().item()
 
@@ -149,9 +140,7 @@ def epoch_of_steps(batch_size: int, device: torch.device) -> Callable[[], None]:
 
     def run() -> None:
         for x, y in batches:
-            optimizer.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x), y).backward()
-            optimizer.step()
+            train_step(model, optimizer, x, y)
 
     return run
 

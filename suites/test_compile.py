@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -30,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pytest_hpml import CompileBackend, Precision
-from suites.models import book_batch, book_cnn, digits, image_batch, mlp, tiny_cnn
+from suites.models import book_batch, book_cnn, digits, image_batch, mlp, tiny_cnn, train_step
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -97,17 +98,8 @@ def outputs_and_gradients(
 
 def training_step(model: nn.Module, batch: Batch, lr: float = 0.01) -> Callable[[], torch.Tensor]:
     """One SGD step of ``model`` on ``batch``: forward, loss, backward, update."""
-    images, labels = batch
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-
-    def step() -> torch.Tensor:
-        optimizer.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(images), labels)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-
-    return step
+    return functools.partial(train_step, model, optimizer, *batch)
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -41,7 +41,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from pytest_hpml import Precision
-from suites.models import book_batch, book_cnn, image_batch, threads, tiny_cnn
+from suites.models import book_batch, book_cnn, image_batch, threads, tiny_cnn, train_step
 
 RANKS = 2
 Action = Callable[[], Any]
@@ -64,16 +64,6 @@ def ranks_differing(tensors: Sequence[torch.Tensor]) -> list[int]:
     """The ranks whose ``tensors`` are not bit for bit those of rank 0."""
     mine = torch.cat([t.detach().flatten().double() for t in tensors])
     return [r for r, theirs in enumerate(gathered(mine)) if not torch.equal(theirs, mine)]
-
-
-def train_step(
-    model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor, labels: torch.Tensor
-) -> torch.Tensor:
-    optimizer.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(model(images), labels)
-    loss.backward()
-    optimizer.step()
-    return loss
 
 
 # ------------------------------------------------------------------ DDP equals one big batch

@@ -12,6 +12,7 @@ flat from 12 on). Every test restores the thread count it found.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -24,7 +25,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from suites.models import book_batch, book_cnn
+from suites.models import book_batch, book_cnn, train_step
 from suites.models import threads as threads_set_to
 
 USABLE_CORES = len(os.sched_getaffinity(0))
@@ -163,12 +164,8 @@ def test_training_step_speedup_with_threads_up_to_the_cores(benchmark: Any) -> N
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     images, labels = book_batch(32)
 
-    def train_step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        step(model, images, labels)
-        optimizer.step()
-
-    targets = {f"threads{n}": with_threads(n, train_step) for n in thread_counts(USABLE_CORES)}
+    one_step = functools.partial(train_step, model, optimizer, images, labels)
+    targets = {f"threads{n}": with_threads(n, one_step) for n in thread_counts(USABLE_CORES)}
     benchmark.variants(targets, baseline="threads1")
     if benchmark.disabled:
         return
