@@ -244,15 +244,15 @@ def _diff_row(
 
 def _normalized_change(old: dict[str, Any] | None, new: dict[str, Any] | None) -> str:
     """The change in units of each run's reference workload (time and rate only), which is
-    what a verdict judges: comparable across machines and loads."""
+    what a verdict judges: comparable across machines and loads. "-" where a verdict would
+    judge raw times (see :func:`baselines.judged`)."""
     if not (old and new) or new.get("kind") not in ("time", "rate"):
         return "-"
     if not (center(old) and center(new)):
         return "-"
-    per_second = new["kind"] == "rate"
-    before = baselines.normalized(baselines.runs(old), per_second)
-    after = baselines.normalized(baselines.runs(new), per_second)
-    if not (before and after):
+    samples = baselines.judged(baselines.runs(new), baselines.runs(old), new["kind"] == "rate")
+    after, before = samples.pooled()
+    if samples.why_raw or not (before and after):
         return "-"
     return f"{stats.median(after) / stats.median(before) - 1:+.1%}"
 

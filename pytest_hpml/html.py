@@ -318,15 +318,16 @@ def _panel(ax: Any, name: str, result: dict[str, Any], base: Mapping[str, Any] |
 
 def _groups(record: Mapping[str, Any], base: Mapping[str, Any] | None) -> dict[str, list[float]]:
     """What to draw: baseline, current and, where both runs timed the reference workload,
-    current in the baseline's units (the rule of ``regression._comparable``)."""
+    current in the baseline's units (where a verdict judges them so: ``baselines.judged``)."""
     current = baselines.runs(record)
     if not base or not base.get("samples"):
         return {"current": baselines.pooled(current)}
     stored = baselines.runs(base)
     groups = {"baseline": baselines.pooled(stored), "current": baselines.pooled(current)}
     per_second = record["kind"] == "rate"
-    normalized = baselines.normalized(current, per_second)
-    if normalized and baselines.normalized(stored):
+    samples = baselines.judged(current, stored, per_second)
+    normalized = samples.pooled()[0]
+    if normalized and not samples.why_raw:
         # Judged in reference units (stats.normalize); drawn in the baseline's units.
         unit = stats.median(baselines.pooled(stored, "reference"))
         groups["current\nnormalized"] = [s / unit if per_second else s * unit for s in normalized]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from . import baselines, fingerprint, markers, processes, reports, stats
-from .baselines import normalized, pooled, runs
+from .baselines import Judged, judged, pooled, runs
 from .devices import hardware
 from .distributed import launch
 from .fixtures import BENCHMARK_KEY
@@ -317,24 +317,26 @@ def judge_metric(
         return stats.Comparison(stats.NO_BASELINE, current=stats.median(pooled(current)))
     stored = runs(base)
     if kind == "ratio":
+        samples = Judged([r["samples"] for r in current], [r["samples"] for r in stored])
         return stats.compare_samples(
-            pooled(current),
-            pooled(stored),
+            *samples.pooled(),
             threshold=record.get("tolerance") or threshold,
             higher_is_worse=False,
+            processes=samples.process_medians(),
         )
-    now, then = normalized(current, kind == "rate"), normalized(stored, kind == "rate")
-    if now is None or then is None:  # a run without the reference: compare raw times
-        now, then = pooled(current), pooled(stored)
+    samples = judged(current, stored, kind == "rate")
     result = stats.compare_samples(
-        now,
-        then,
+        *samples.pooled(),
         threshold=threshold,
         higher_is_worse=kind == "time",
+        processes=samples.process_medians(),
     )
-    # Judged on normalized samples; the raw medians are what people recognize.
+    # The raw medians are what people recognize, whatever was judged.
     raw_base = stats.median(pooled(stored))
     raw_current = stats.median(pooled(current))
+    if samples.why_raw:
+        reason = "; ".join(r for r in (result.reason, samples.why_raw) if r)
+        return dataclasses.replace(result, baseline=raw_base, current=raw_current, reason=reason)
     return dataclasses.replace(
         result, baseline=raw_base, current=raw_current, raw_change=raw_current / raw_base - 1
     )

@@ -78,6 +78,32 @@ def mann_whitney_greater(current: Sequence[float], baseline: Sequence[float]) ->
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
+# One-sided 99% quantiles of Student's t by degrees of freedom (1-10, 12, 15, 20, 30; beyond:
+# the normal's 2.326), for the test between process medians.
+T99 = {1: 31.82, 2: 6.965, 3: 4.541, 4: 3.747, 5: 3.365, 6: 3.143, 7: 2.998, 8: 2.896, 9: 2.821,
+       10: 2.764, 12: 2.681, 15: 2.602, 20: 2.528, 30: 2.457}  # fmt: skip
+
+
+def t99(df: int) -> float:
+    """The one-sided 99% quantile of Student's t, rounded towards caution between table rows."""
+    return next((T99[k] for k in sorted(T99) if k >= df), 2.326) if df <= 30 else 2.326
+
+
+def process_resolution(current: Sequence[float], baseline: Sequence[float]) -> float | None:
+    """The smallest relative change that the per-process medians can tell from the spread
+    between processes (a pooled-variance t test on their logs, one-sided at 1%); None with too few
+    processes to estimate that spread (fewer than 3 in all, or one a side)."""
+    if len(current) < 1 or len(baseline) < 1 or len(current) + len(baseline) < 3:
+        return None
+    if min(*current, *baseline) <= 0:
+        return None
+    logs = [[math.log(v) for v in side] for side in (current, baseline)]
+    squares = sum((x - sum(side) / len(side)) ** 2 for side in logs for x in side)
+    df = len(current) + len(baseline) - 2
+    sd = math.sqrt(squares / df)
+    return math.expm1(t99(df) * sd * math.sqrt(1 / len(current) + 1 / len(baseline)))
+
+
 def normalize(
     samples: Sequence[float], reference: Sequence[float], per_second: bool = False
 ) -> list[float]:
@@ -117,12 +143,18 @@ def compare_samples(
     threshold: float,
     higher_is_worse: bool = True,
     alpha: float = ALPHA,
+    processes: tuple[Sequence[float], Sequence[float]] | None = None,
 ) -> Comparison:
     """Judge raw samples of a metric against the baseline's.
 
     A change counts only when the rank test is significant at ``alpha`` *and* the medians differ
     by more than ``threshold`` (relative): with hundreds of samples any drift is "significant",
     so the effect size carries the decision and the test guards against chance on few samples.
+
+    ``processes``, the medians of each process run (current, baseline), adds a test one level
+    up: samples of one process share its speed, so the rank test on pooled samples overstates
+    what they show when processes differ. A change within what the spread between processes
+    allows (:func:`process_resolution`) is inconclusive, however significant its samples.
     """
     if not baseline:
         return Comparison(NO_BASELINE, current=median(current) if current else None)
@@ -143,6 +175,18 @@ def compare_samples(
     p_down = mann_whitney_greater(baseline, current)
     worse, p_worse = (change > 0, p_up) if higher_is_worse else (change < 0, p_down)
     better, p_better = (change < 0, p_down) if higher_is_worse else (change > 0, p_up)
+    resolution = process_resolution(*processes) if processes else None
+    if abs(change) > threshold and resolution is not None and abs(change) <= resolution:
+        return Comparison(
+            INCONCLUSIVE,
+            base,
+            cur,
+            change,
+            1 - min(p_up, p_down),
+            threshold,
+            f"change above the threshold but within the spread between processes: "
+            f"{len(processes[0])} and {len(processes[1])} processes resolve {resolution:.1%}",
+        )
     if abs(change) > threshold and worse and p_worse < alpha:
         return Comparison(REGRESSED, base, cur, change, 1 - p_worse, threshold)
     if abs(change) > threshold and better and p_better < alpha:

@@ -156,3 +156,65 @@ def test_missing_baseline_is_no_baseline_for_every_kind() -> None:
         {"kind": "ratio", "unit": "x", "samples": [1.0] * 5},
     ):
         assert judge_metric(record, None, 0.1).verdict == stats.NO_BASELINE
+
+
+# Processes: samples of one process share its speed, so verdicts also look one level up.
+
+
+def processes(centers: list[float], reference: list[float] | None = None) -> dict[str, Any]:
+    """A time record of one process run per center (its samples 1% around it), the first run
+    at the top level and the others under ``processes``, as a session stores them."""
+    refs = reference or [0.0] * len(centers)
+    runs = [
+        {
+            "samples": draws(c, 0.01 * c, seed=i),
+            "reference": draws(r, 0.01 * r, seed=100 + i) if r else [],
+        }
+        for i, (c, r) in enumerate(zip(centers, refs))
+    ]
+    return {"kind": "time", "unit": "s", **runs[0], "processes": runs[1:]}
+
+
+def test_a_change_within_the_spread_between_processes_is_inconclusive() -> None:
+    # Each process is tight, but processes differ by 20%: 12% slower is not resolved by 3 + 6.
+    base = processes([1.0, 1.2, 0.85, 1.1, 0.9, 1.15])
+    current = processes([1.15, 1.05, 1.2])
+    result = judge_metric(current, base, 0.06)
+    assert result.verdict == stats.INCONCLUSIVE
+    assert "within the spread between processes: 3 and 6 processes resolve" in result.reason
+    assert result.confidence > 0.99  # the pooled samples alone would have called it
+
+
+def test_a_change_beyond_the_spread_between_processes_is_a_regression() -> None:
+    base = processes([1.0, 1.02, 0.99, 1.01, 0.98, 1.0])
+    current = processes([1.15, 1.16, 1.14])
+    assert judge_metric(current, base, 0.06).verdict == stats.REGRESSED
+
+
+def test_process_resolution_needs_a_spread_and_shrinks_with_more_processes() -> None:
+    assert stats.process_resolution([1.0], [1.0]) is None  # one process a side: no spread
+    assert stats.process_resolution([1.0, 1.0, 1.0], [1.0, 1.0, 1.0]) == 0.0
+    spread = [0.95, 1.05, 1.0]
+    three, six = (
+        stats.process_resolution(spread, spread),
+        stats.process_resolution(spread, spread * 2),
+    )
+    wider = stats.process_resolution([0.9, 1.1, 1.0], [0.9, 1.1, 1.0])
+    assert 0 < six < three < wider
+    # 3 + 6 processes 5% apart at most: a 15% regression stays resolvable.
+    assert six < 0.15
+
+
+def test_time_is_judged_raw_where_the_reference_unsteadies_the_baseline() -> None:
+    # Raw times agree across processes; the reference swings 30% between them (as a two-thread
+    # reference does on a 2-core VM), so reference units would spread instead.
+    swinging = [1.0, 1.3, 1.0, 1.3, 1.0, 1.3]
+    base = processes([1.0] * 6, swinging)
+    current = processes([1.0, 1.0, 1.0], [1.3, 1.3, 1.3])
+    result = judge_metric(current, base, 0.06)
+    assert result.verdict == stats.PASS
+    assert result.raw_change is None  # judged raw: there is no other change to show
+    assert "judged raw: the reference workload did not steady this benchmark" in result.reason
+    # In reference units the same run would have been a confident 13% improvement.
+    steady = processes([1.0, 1.1] * 3, [1.0, 1.1] * 3)  # the reference follows the time
+    assert judge_metric(current, steady, 0.06).verdict == stats.IMPROVED
