@@ -225,7 +225,7 @@ BENCHMARK_KEY = pytest.StashKey[Any]()
 
 
 @pytest.fixture
-def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Any:
+def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     """pytest-benchmark's ``benchmark``, measured by pytest-hpml and judged against baselines.
 
     See :class:`~pytest_hpml.benchmarking.HpmlBenchmark`. Rounds end with the test's device
@@ -251,7 +251,8 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Any:
     )
     value = HpmlBenchmark.adopt(benchmark, plan, batch_size)
     request.node.stash[BENCHMARK_KEY] = value
-    return value
+    yield value
+    value.settle()  # before pytest-benchmark's own teardown, which this fixture depends on
 
 
 @pytest.fixture

@@ -102,8 +102,6 @@ def digits_accuracy(batch_size: int, epochs: int = 10, lr: float = 0.1, seed: in
             return (model(features[test]).argmax(1) == labels[test]).float().mean().item()
 
 
-# Only record() and cite() are used: pytest-benchmark's "fixture was not used" warning is moot.
-@pytest.mark.filterwarnings("ignore:Benchmark fixture was not used")
 def test_the_largest_batch_is_not_the_most_accurate_at_fixed_epochs_and_lr(benchmark: Any) -> None:
     # The book's batch sizes, epochs (10) and one learning rate for all: fewer, larger steps
     # make less progress per epoch. Deterministic: seeded split, weights and shuffling.

@@ -57,6 +57,19 @@ def test_update_records_time_and_counts_in_machine_and_portable_files(project: P
     result.stdout.fnmatch_lines([f"hpml: baselines recorded in {files['machine']}"])
 
 
+def test_a_test_that_only_records_counts_used_the_fixture(project: Project) -> None:
+    project.write_tests(
+        "def test_counts(benchmark):\n    benchmark.record('parameters', 1234, unit='')\n"
+    )
+    result = project.bench(
+        "--hpml-baseline=update", "-W", "error::pytest_benchmark.logger.PytestBenchmarkWarning"
+    )
+    assert result.ret == pytest.ExitCode.OK
+    assert "not used" not in result.stdout.str()
+    stored = json.loads(next((project.path / "baselines").glob("portable-*.json")).read_text())
+    assert stored["entries"]["test_inner.py::test_counts"]["parameters"]["value"] == 1234
+
+
 def test_recorded_benchmark_is_compared_by_default_on_the_next_run(recorded: Project) -> None:
     result = recorded.bench(THRESHOLD)
     assert result.ret == pytest.ExitCode.OK
@@ -247,6 +260,35 @@ def test_variants_record_each_time_and_paired_speedups(project: Project) -> None
     speedup = stored["speedup[big/small]"]
     assert speedup["kind"] == "ratio"
     assert speedup["samples"] == pytest.approx([s / b for s, b in zip(small, big)], rel=1e-3)
+
+
+def test_variants_record_throughput_and_what_dynamo_compiled(project: Project) -> None:
+    project.write_tests(
+        """
+        import pytest
+        import torch
+
+        def step(x):
+            y = x.sin()
+            torch._dynamo.graph_break()
+            return y.cos()
+
+        @pytest.mark.hpml_bench(batch_size=4)
+        def test_variants(benchmark):
+            x = torch.ones(4)
+            compiled = torch.compile(step, backend="eager")
+            benchmark.variants({"eager": lambda: step(x), "compiled": lambda: compiled(x)})
+        """
+    )
+    project.bench("--hpml-baseline=update").assert_outcomes(passed=1)
+    machine = project.stored("machine")["test_inner.py::test_variants"]
+    assert {"throughput[eager]", "throughput[compiled]"} <= set(machine)
+    time, rate = machine["time[compiled]"], machine["throughput[compiled]"]
+    assert rate["samples"] == pytest.approx([4 / t for t in time["samples"]], rel=1e-3)
+    counts = {
+        k: v["value"] for k, v in project.stored("portable")["test_inner.py::test_variants"].items()
+    }
+    assert counts == {"graphs": 2, "graph_breaks": 1, "recompiles": 0}
 
 
 def test_pytest_benchmark_table_and_json_keep_working(project: Project) -> None:
