@@ -10,18 +10,43 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["CompileBackend", "Precision", "__version__", "assert_optimizer_matches"]
+__all__ = [
+    "CompileBackend",
+    "Footprint",
+    "Precision",
+    "Shrinkage",
+    "UntraceableModelError",
+    "__version__",
+    "assert_optimizer_matches",
+    "assert_shrinks",
+    "nni_speedup",
+    "prune",
+]
 
 _PUBLIC = {
     "CompileBackend": "compile",
     "Precision": "precision",
     "assert_optimizer_matches": "optim",
+    "Footprint": "pruning",
+    "Shrinkage": "pruning",
+    "UntraceableModelError": "pruning",
+    "assert_shrinks": "pruning",
+    "nni_speedup": "pruning",
+    "prune": "pruning",
 }
 
 if TYPE_CHECKING:
     from .compile import CompileBackend
     from .optim import assert_optimizer_matches
     from .precision import Precision
+    from .pruning import (
+        Footprint,
+        Shrinkage,
+        UntraceableModelError,
+        assert_shrinks,
+        nni_speedup,
+        prune,
+    )
 
 
 def __getattr__(name: str) -> Any:
