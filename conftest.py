@@ -22,6 +22,10 @@ else:
         suppress_health_check=[HealthCheck.too_slow],
     )
     settings.register_profile("dev", deadline=None, max_examples=20)
+    # Without --hypothesis-profile: random examples, but no deadline either. Examples that
+    # start DataLoader workers or train a model take 0.1-1 s on a busy 2-core machine.
+    settings.register_profile("hpml", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile("hpml")
 
 
 @pytest.fixture(autouse=True)

@@ -143,6 +143,11 @@ def epoch_of_steps(batch_size: int, device: torch.device) -> Callable[[], None]:
     return run
 
 
+# Absolute epoch times judged at 30%: on the shared 2-core VM, training steps of a convolution
+# network drift between sessions by more than any reference workload follows (b128's epoch:
+# 57.9 ms recorded, 68.3 ms in a compare run the next day, +18%; fresh processes minutes apart
+# differ by 15%). The in-run speed-ups are the sharper signal.
+@pytest.mark.hpml_bench(threshold=0.3)
 def test_training_throughput_by_batch_size(benchmark: Any, device: torch.device) -> None:
     targets = {f"b{b}": epoch_of_steps(b, device) for b in BATCH_SIZES}
     series = benchmark.variants(targets, baseline="b64")
