@@ -25,7 +25,6 @@ import datetime
 import faulthandler
 import hashlib
 import json
-import logging
 import math
 import os
 import shutil
@@ -41,6 +40,7 @@ from typing import Any
 import pytest
 
 from . import gpus, markers, processes
+from .logs import quieted
 from .options import SETTINGS_KEY, Settings
 
 RESULT_ENV = "HPML_RANK_RESULT"  # a spawned rank writes its reports here
@@ -395,7 +395,7 @@ def run_spawned(
     try:
         runs = _watch(item, context, asked, workdir)
     finally:
-        with _quiet(ELASTIC_LOGGER):  # "Sending process N closing signal SIGTERM"
+        with quieted(ELASTIC_LOGGER):  # "Sending process N closing signal SIGTERM"
             context.close(timeout=5)
         for handler in context.subprocess_handlers.values():  # torch closes only running ones'
             for stream in (handler._stdout, handler._stderr):
@@ -406,17 +406,6 @@ def run_spawned(
         return merge(item, runs)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _quiet(name: str) -> Iterator[None]:
-    logger = logging.getLogger(name)
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def _budget(item: pytest.Item) -> float:

@@ -26,6 +26,7 @@ from typing import Any, Callable, Union
 import torch
 
 from .benchmarking import count_flops, model_size
+from .logs import quieted
 
 MEASURES = ("params", "bytes", "flops")
 PRUNERS = {"l1": "L1NormPruner", "l2": "L2NormPruner", "fpgm": "FPGMPruner"}
@@ -155,7 +156,7 @@ def prune(
             )
         make = nni[PRUNERS[pruner]]
     copied = copy.deepcopy(model)
-    with _quiet_nni():
+    with quieted("nni"):
         compressor = make(copied, [{"op_types": list(op_types), "sparse_ratio": sparsity}])
         _, masks = compressor.compress()
         compressor.unwrap_model()
@@ -204,7 +205,7 @@ def nni_speedup(
                     "Tracer that keeps the offending submodule whole) and pass graph_module="
                 ) from error
         dummy = args[0] if len(args) == 1 else args
-        with _quiet_nni(), contextlib.redirect_stdout(io.StringIO()):
+        with quieted("nni"), contextlib.redirect_stdout(io.StringIO()):
             speedup = nni["ModelSpeedup"](
                 model, dummy, dict(masks), graph_module=graph_module, logger=_nni_logger()
             )
@@ -232,21 +233,9 @@ def _import_nni() -> dict[str, Any]:
 
 
 def _nni_logger() -> logging.Logger:
-    # Under the "nni" logger, so that _quiet_nni governs it (ModelSpeedup without a logger of
+    # Under the "nni" logger, so that quieted("nni") governs it (ModelSpeedup without a logger of
     # its own sets its module logger to INFO for good).
     return logging.getLogger("nni.pytest_hpml")
-
-
-@contextlib.contextmanager
-def _quiet_nni() -> Iterator[None]:
-    """NNI logs every mask and replaced module at INFO to stdout: only errors while inside."""
-    logger = logging.getLogger("nni")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def _apply_masks(model: torch.nn.Module, masks: Mapping[str, Mapping[str, Any]]) -> None:

@@ -177,33 +177,22 @@ def compare_samples(
     p_down = mann_whitney_greater(baseline, current)
     worse, p_worse = (change > 0, p_up) if higher_is_worse else (change < 0, p_down)
     better, p_better = (change < 0, p_down) if higher_is_worse else (change > 0, p_up)
+    confidence = 1 - min(p_up, p_down)
+    if abs(change) <= threshold:
+        return Comparison(PASS, base, cur, change, confidence, threshold)
     resolution = process_resolution(*processes) if processes else None
-    if abs(change) > threshold and resolution is not None and abs(change) <= resolution:
-        return Comparison(
-            INCONCLUSIVE,
-            base,
-            cur,
-            change,
-            1 - min(p_up, p_down),
-            threshold,
+    if resolution is not None and abs(change) <= resolution:
+        reason = (
             f"change above the threshold but within the spread between processes: "
-            f"{len(processes[0])} and {len(processes[1])} processes resolve {resolution:.1%}",
+            f"{len(processes[0])} and {len(processes[1])} processes resolve {resolution:.1%}"
         )
-    if abs(change) > threshold and worse and p_worse < alpha:
+    elif worse and p_worse < alpha:
         return Comparison(REGRESSED, base, cur, change, 1 - p_worse, threshold)
-    if abs(change) > threshold and better and p_better < alpha:
+    elif better and p_better < alpha:
         return Comparison(IMPROVED, base, cur, change, 1 - p_better, threshold)
-    if abs(change) > threshold:
-        return Comparison(
-            INCONCLUSIVE,
-            base,
-            cur,
-            change,
-            1 - min(p_up, p_down),
-            threshold,
-            "change above the threshold but not significant: samples too noisy",
-        )
-    return Comparison(PASS, base, cur, change, 1 - min(p_up, p_down), threshold)
+    else:
+        reason = "change above the threshold but not significant: samples too noisy"
+    return Comparison(INCONCLUSIVE, base, cur, change, confidence, threshold, reason)
 
 
 def compare_value(

@@ -36,6 +36,25 @@ def test_importing_the_plugin_imports_no_heavy_library() -> None:
 
 
 @pytest.mark.parametrize(
+    ("helper", "module"),
+    [("assert_optimizer_matches", "optim"), ("assert_shrinks", "pruning")],
+)
+def test_a_helper_and_torch_are_imported_only_when_the_helper_is_used(
+    helper: str, module: str
+) -> None:
+    code = (
+        "import sys, pytest_hpml\n"
+        f"heavy = lambda: sorted({{'torch', 'nni', 'pytest_hpml.{module}'}} & set(sys.modules))\n"
+        "print(heavy())\n"
+        f"pytest_hpml.{helper}\n"
+        "print(heavy())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    # nni neither: prune() imports it on its first call.
+    assert out.stdout.splitlines() == ["[]", f"['pytest_hpml.{module}', 'torch']"]
+
+
+@pytest.mark.parametrize(
     "tests",
     [
         "def test_plain():\n    pass\n",
