@@ -84,11 +84,13 @@ def steadiness(
 
 @dataclass(frozen=True)
 class Judged:
-    """The samples a verdict compares, one list per process run, and why they are raw times
-    ("" when they are in reference units)."""
+    """The samples a verdict compares, one list per process run: in units of the reference
+    workload, or raw (``units`` False), and then ``why_raw`` when the reference was timed but
+    not used."""
 
     current: list[list[float]]
     stored: list[list[float]]
+    units: bool = True
     why_raw: str = ""
 
     def pooled(self) -> tuple[list[float], list[float]]:
@@ -108,18 +110,19 @@ def judged(
     """What a verdict compares: the current and stored process runs' samples.
 
     Reference units where both sides timed the reference workload and it made the stored
-    baseline's processes steadier. It does for most benchmarks, but not for all: on the 2-core
+    baseline's processes steadier (or where fewer than :data:`PROCESSES_TO_CALIBRATE` stored
+    runs cannot tell). It does for most benchmarks, but not for all: on the 2-core
     VM the per-process medians of some two-thread convolution steps spread 1-2% raw and 7-9% in
     reference units (a two-thread reference lands on the cores differently in each process).
     The choice rests on the baseline alone, so the run being judged cannot tilt it.
     """
 
-    def raw(why: str) -> Judged:
+    def raw(why: str = "") -> Judged:
         samples = [list(r["samples"]) for r in current], [list(r["samples"]) for r in stored]
-        return Judged(*samples, why)
+        return Judged(*samples, units=False, why_raw=why)
 
     if not all(r.get("reference") for r in [*current, *stored]):
-        return raw("no reference workload timed on both sides")
+        return raw()  # e.g. pure-Python benchmarks: torch was never loaded
     spreads = steadiness(stored, per_second)
     if spreads is not None and spreads[0] > spreads[1]:
         return raw(

@@ -252,7 +252,7 @@ def _normalized_change(old: dict[str, Any] | None, new: dict[str, Any] | None) -
         return "-"
     samples = baselines.judged(baselines.runs(new), baselines.runs(old), new["kind"] == "rate")
     after, before = samples.pooled()
-    if samples.why_raw or not (before and after):
+    if not samples.units or not (before and after):
         return "-"
     return f"{stats.median(after) / stats.median(before) - 1:+.1%}"
 

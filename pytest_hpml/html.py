@@ -327,7 +327,7 @@ def _groups(record: Mapping[str, Any], base: Mapping[str, Any] | None) -> dict[s
     per_second = record["kind"] == "rate"
     samples = baselines.judged(current, stored, per_second)
     normalized = samples.pooled()[0]
-    if normalized and not samples.why_raw:
+    if normalized and samples.units:
         # Judged in reference units (stats.normalize); drawn in the baseline's units.
         unit = stats.median(baselines.pooled(stored, "reference"))
         groups["current\nnormalized"] = [s / unit if per_second else s * unit for s in normalized]

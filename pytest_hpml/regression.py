@@ -313,9 +313,9 @@ def judge_metric(
             higher_is_worse=record.get("higher_is_worse", True),
         )
     current = runs(record)
-    if base is None:
-        return stats.Comparison(stats.NO_BASELINE, current=stats.median(pooled(current)))
-    stored = runs(base)
+    stored = [] if base is None else runs(base)
+    if not any(r.get("samples") for r in stored):  # nothing stored, or a record without samples
+        return stats.Comparison(stats.NO_BASELINE, current=_median(pooled(current)))
     if kind == "ratio":
         samples = Judged([r["samples"] for r in current], [r["samples"] for r in stored])
         return stats.compare_samples(
@@ -333,13 +333,18 @@ def judge_metric(
     )
     # The raw medians are what people recognize, whatever was judged.
     raw_base = stats.median(pooled(stored))
-    raw_current = stats.median(pooled(current))
-    if samples.why_raw:
+    raw_current = _median(pooled(current))
+    if not samples.units:
         reason = "; ".join(r for r in (result.reason, samples.why_raw) if r)
         return dataclasses.replace(result, baseline=raw_base, current=raw_current, reason=reason)
+    raw_change = None if raw_current is None or raw_base <= 0 else raw_current / raw_base - 1
     return dataclasses.replace(
-        result, baseline=raw_base, current=raw_current, raw_change=raw_current / raw_base - 1
+        result, baseline=raw_base, current=raw_current, raw_change=raw_change
     )
+
+
+def _median(values: list[float]) -> float | None:
+    return stats.median(values) if values else None
 
 
 def compact(record: dict[str, Any]) -> dict[str, Any]:

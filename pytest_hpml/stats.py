@@ -78,8 +78,8 @@ def mann_whitney_greater(current: Sequence[float], baseline: Sequence[float]) ->
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-# One-sided 95% quantiles of Student's t by degrees of freedom (1-10, 12, 15, 20, 30; beyond:
-# the normal's 1.645), for the test between process medians. 5%, not the rank test's 1%: it is
+# One-sided 95% quantiles of Student's t by degrees of freedom (1-10, 12, 15, 20, 30; beyond
+# 30, 30's), for the test between process medians. 5%, not the rank test's 1%: it is
 # a second gate, after the threshold and the rank test. Resampling the noise experiment's 120
 # process runs, 1% here let 5% of the 15% regressions through as inconclusive on a noisy day.
 T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860,
@@ -87,8 +87,9 @@ T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 
 
 
 def t95(df: int) -> float:
-    """The one-sided 95% quantile of Student's t, rounded towards caution between table rows."""
-    return next((T95[k] for k in sorted(T95) if k >= df), 1.645) if df <= 30 else 1.645
+    """The one-sided 95% quantile of Student's t for ``df`` >= 1; between table rows, the row
+    of fewer degrees of freedom (the larger quantile: cautious)."""
+    return T95[max(k for k in T95 if k <= df)]
 
 
 def process_resolution(current: Sequence[float], baseline: Sequence[float]) -> float | None:
@@ -160,18 +161,16 @@ def compare_samples(
     """
     if not baseline:
         return Comparison(NO_BASELINE, current=median(current) if current else None)
-    base, cur = median(baseline), median(current)
-    if len(current) < MIN_SAMPLES or len(baseline) < MIN_SAMPLES or base <= 0:
-        return Comparison(
-            INCONCLUSIVE,
-            base,
-            cur,
-            None,
-            None,
-            threshold,
+    base, cur = median(baseline), median(current) if current else None
+    if len(current) < MIN_SAMPLES or len(baseline) < MIN_SAMPLES:
+        reason = (
             f"too few samples ({len(current)} now, {len(baseline)} in the baseline, "
-            f"need {MIN_SAMPLES})",
+            f"need {MIN_SAMPLES})"
         )
+        return Comparison(INCONCLUSIVE, base, cur, None, None, threshold, reason)
+    if base <= 0:  # no relative change from it
+        reason = f"the baseline's median is {base:g}: no relative change from it"
+        return Comparison(INCONCLUSIVE, base, cur, None, None, threshold, reason)
     change = cur / base - 1
     p_up = mann_whitney_greater(current, baseline)
     p_down = mann_whitney_greater(baseline, current)
@@ -181,6 +180,11 @@ def compare_samples(
     if abs(change) <= threshold:
         return Comparison(PASS, base, cur, change, confidence, threshold)
     resolution = process_resolution(*processes) if processes else None
+    if resolution is not None and change < 0:
+        # The t test is on logs: a fall is resolved as far as the rise it mirrors, 1 - 1/(1 + r)
+        # (otherwise a rate falling 17% would pass as "within the spread" where the same runs'
+        # time, 21% higher, is a regression).
+        resolution /= 1 + resolution
     if resolution is not None and abs(change) <= resolution:
         reason = (
             f"change above the threshold but within the spread between processes: "

@@ -218,3 +218,40 @@ def test_time_is_judged_raw_where_the_reference_unsteadies_the_baseline() -> Non
     # In reference units the same run would have been a confident 13% improvement.
     steady = processes([1.0, 1.1] * 3, [1.0, 1.1] * 3)  # the reference follows the time
     assert judge_metric(current, steady, 0.06).verdict == stats.IMPROVED
+
+
+def test_a_fall_is_resolved_as_far_as_the_rise_it_mirrors() -> None:
+    # The same process runs judged as times (21% slower) and as rates (17% fewer per second):
+    # the test between processes is on logs, so the two verdicts agree.
+    before = [draws(c, 0.001 * c, seed=i) for i, c in enumerate([0.9, 1.0, 1.1])]
+    after = [draws(1.21 * c, 0.001 * c, seed=10 + i) for i, c in enumerate([0.9, 1.0, 1.1])]
+
+    def judge(now: list[list[float]], then: list[list[float]], higher_is_worse: bool) -> str:
+        medians = [stats.median(r) for r in now], [stats.median(r) for r in then]
+        pooled = [s for r in now for s in r], [s for r in then for s in r]
+        return stats.compare_samples(
+            *pooled, threshold=0.06, higher_is_worse=higher_is_worse, processes=medians
+        ).verdict
+
+    def rates(runs: list[list[float]]) -> list[list[float]]:
+        return [[1 / s for s in run] for run in runs]
+
+    assert judge(after, before, True) == stats.REGRESSED
+    assert judge(rates(after), rates(before), False) == stats.REGRESSED
+    # And a 17% speed-up is as clear an improvement as the 21% slow-down is a regression.
+    assert judge(before, after, True) == stats.IMPROVED
+
+
+def test_records_without_samples_or_with_zero_medians_get_a_verdict_not_an_error() -> None:
+    samples = time_record([1.0] * 10, [1.0] * 10)
+    empty = time_record([])
+    assert judge_metric(samples, empty, 0.06).verdict == stats.NO_BASELINE
+    assert judge_metric(empty, None, 0.06).verdict == stats.NO_BASELINE
+    result = judge_metric(empty, samples, 0.06)
+    assert (result.verdict, result.current) == (stats.INCONCLUSIVE, None)
+    ratio = {"kind": "ratio", "unit": "x", "samples": [2.0] * 10}
+    assert judge_metric({**ratio, "samples": []}, ratio, 0.06).verdict == stats.INCONCLUSIVE
+    zero = time_record([0.0] * 10, [1.0] * 10)  # a baseline no verdict can divide by
+    result = judge_metric(samples, zero, 0.06)
+    assert (result.verdict, result.raw_change) == (stats.INCONCLUSIVE, None)
+    assert result.reason == "the baseline's median is 0: no relative change from it"
