@@ -154,13 +154,21 @@ class NanGuardedMLP(nn.Module):
         return self.head(hidden)
 
 
+def compiled_copy(
+    backend: CompileBackend, model: nn.Module, why_skip: str
+) -> tuple[nn.Module, nn.Module]:
+    """``model`` and a compiled copy of it; the test is skipped (``why_skip``) under eager."""
+    if not backend.compiles:
+        pytest.skip(f"{why_skip}: {NOTHING_COMPILED}")
+    return model, backend.compile(copy.deepcopy(model))
+
+
 def test_data_dependent_branch_breaks_the_graph_and_still_computes_eagers_result(
     backend: CompileBackend, device: torch.device
 ) -> None:
-    if not backend.compiles:
-        pytest.skip(f"a graph break needs a graph: {NOTHING_COMPILED}")
-    model = NanGuardedMLP().to(device)
-    compiled = backend.compile(copy.deepcopy(model))
+    model, compiled = compiled_copy(
+        backend, NanGuardedMLP().to(device), "a graph break needs a graph"
+    )
     clean, _ = digits_batch(16)
     dirty = clean.clone()
     dirty[::2, 0] = float("nan")
@@ -176,10 +184,7 @@ def test_data_dependent_branch_breaks_the_graph_and_still_computes_eagers_result
 def test_new_batch_size_recompiles_once_into_a_graph_for_any_batch_size(
     backend: CompileBackend, device: torch.device
 ) -> None:
-    if not backend.compiles:
-        pytest.skip(f"nothing to recompile: {NOTHING_COMPILED}")
-    model = mlp().to(device)
-    compiled = backend.compile(copy.deepcopy(model))
+    model, compiled = compiled_copy(backend, mlp().to(device), "nothing to recompile")
     images, _ = digits_batch(64)
     images = images.to(device)
     added = []
