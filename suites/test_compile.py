@@ -221,11 +221,20 @@ SPEEDUP_TOLERANCE = 0.2
 
 
 def benchmark_compiled_step(
-    benchmark: Any, backend: CompileBackend, model: nn.Module, batch: Batch
+    benchmark: Any,
+    backend: CompileBackend,
+    device: torch.device,
+    make_model: Callable[[], nn.Module],
+    batch: Batch,
 ) -> None:
-    """Time one training step of ``model`` eager and compiled with ``backend``, interleaved:
-    each one's first call and step time, and the speed-up. The plugin records the graphs, graph
-    breaks and recompilations dynamo counted (as exact baselines)."""
+    """Time one training step of ``make_model()`` on ``batch`` (both moved to ``device``) eager
+    and compiled with ``backend``, interleaved: each one's first call and step time, and the
+    speed-up. The plugin records the graphs, graph breaks and recompilations dynamo counted (as
+    exact baselines). Skipped under eager, before the model is built."""
+    if not backend.compiles:
+        pytest.skip(f"no speed-up to measure: {NOTHING_COMPILED}")
+    model = make_model().to(device)
+    batch = (batch[0].to(device), batch[1].to(device))
     eager_step = training_step(model, batch)
     compiled_step = training_step(backend.compile(copy.deepcopy(model)), batch)
     # Not warmed up here: the plugin times each variant's first call on its own (the time
@@ -243,12 +252,8 @@ def benchmark_compiled_step(
 def test_compiled_book_cnn_step_time_and_speedup_over_eager(
     benchmark: Any, backend: CompileBackend, device: torch.device
 ) -> None:
-    if not backend.compiles:
-        pytest.skip(f"no speed-up to measure: {NOTHING_COMPILED}")
     # The batch of the correctness tests: the kernels inductor built for them are reused.
-    images, labels = book_batch(32)
-    batch = (images.to(device), labels.to(device))
-    benchmark_compiled_step(benchmark, backend, book_cnn().to(device), batch)
+    benchmark_compiled_step(benchmark, backend, device, book_cnn, book_batch(32))
     if backend.name == "inductor" and device.type == "cpu":  # the book's backend and device
         benchmark.cite(
             "speedup[inductor/eager]",
@@ -263,15 +268,15 @@ def test_compiled_book_cnn_step_time_and_speedup_over_eager(
 def test_compiled_densenet121_step_time_and_speedup_over_eager(
     benchmark: Any, backend: CompileBackend, device: torch.device
 ) -> None:
-    if not backend.compiles:
-        pytest.skip(f"no speed-up to measure: {NOTHING_COMPILED}")
     from torchvision.models import densenet121
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = densenet121(weights=None, num_classes=10).to(device)
-    images, labels = book_batch(64, channels=3, size=32)  # CIFAR-10-shaped
-    benchmark_compiled_step(benchmark, backend, model, (images.to(device), labels.to(device)))
+    def make_model() -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            return densenet121(weights=None, num_classes=10)
+
+    batch = book_batch(64, channels=3, size=32)  # CIFAR-10-shaped
+    benchmark_compiled_step(benchmark, backend, device, make_model, batch)
     if backend.name == "inductor":
         benchmark.cite(
             "speedup[inductor/eager]",
