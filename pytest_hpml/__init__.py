@@ -21,25 +21,28 @@ __all__ = [
     "assert_shrinks",
     "nni_speedup",
     "prune",
+    "settings",
 ]
 
 _PUBLIC = {
-    "CompileBackend": "compile",
-    "Precision": "precision",
-    "assert_optimizer_matches": "optim",
-    "Footprint": "pruning",
-    "Shrinkage": "pruning",
-    "UntraceableModelError": "pruning",
-    "assert_shrinks": "pruning",
-    "nni_speedup": "pruning",
-    "prune": "pruning",
+    "CompileBackend": "fixtures.compile",
+    "Precision": "fixtures.precision",
+    "settings": "config.role",
+    "assert_optimizer_matches": "helpers.optim",
+    "Footprint": "helpers.pruning",
+    "Shrinkage": "helpers.pruning",
+    "UntraceableModelError": "helpers.pruning",
+    "assert_shrinks": "helpers.pruning",
+    "nni_speedup": "helpers.pruning",
+    "prune": "helpers.pruning",
 }
 
 if TYPE_CHECKING:
-    from .compile import CompileBackend
-    from .optim import assert_optimizer_matches
-    from .precision import Precision
-    from .pruning import (
+    from .config.role import settings
+    from .fixtures.compile import CompileBackend
+    from .fixtures.precision import Precision
+    from .helpers.optim import assert_optimizer_matches
+    from .helpers.pruning import (
         Footprint,
         Shrinkage,
         UntraceableModelError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .cli import main
+from .report.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

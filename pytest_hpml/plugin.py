@@ -1,21 +1,26 @@
-"""pytest-hpml's entry point (``pytest11: hpml``): options and hooks only.
+"""pytest-hpml's entry point (``pytest11: hpml``): hooks only, each handing its work to the
+layer that owns it (see README, "Layout").
 
-Importing this module must not import torch: the plugin loads into every pytest run of an
-environment where it is installed. Each hook hands its work to the module that owns it.
+The plugin loads into every pytest run of an environment where it is installed, so this module
+imports only what registering the options and markers needs; a layer is imported by the first
+hook that has work for it (Note [Start-up cost] in docs/notes.md). torch is never imported here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from typing import Any
+
 import pytest
 
-from . import distributed, fixtures, gpus, header, markers, options, processes, reports
-from .devices import hardware
-from .fixtures import check_selection, parametrize, settings, uses_hpml
-from .regression import regression
+from . import hookspecs
+from .config import markers, options
 
-# Set once the session has printed the hardware line, so it is shown once.
-HARDWARE_SHOWN = pytest.StashKey[bool]()
-HPML_ITEMS = pytest.StashKey[bool]()
+
+@pytest.hookimpl
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Add the ``pytest_hpml_*`` extension points."""
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 @pytest.hookimpl
@@ -26,40 +31,62 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl
 def pytest_configure(config: pytest.Config) -> None:
-    """Resolve the options (command line > environment > ini); register markers and fixtures."""
+    """Resolve the options (command line > environment > ini); register markers and fixtures;
+    give this process the plugins of its role."""
+    from .bench import fixture as bench_fixture
+    from .config import role
+    from .fixtures import fixtures
+
     markers.register(config)
+    chosen = config.stash[options.SETTINGS_KEY] = options.resolve(config)
     config.pluginmanager.register(fixtures, "hpml-fixtures")
-    config.stash[options.SETTINGS_KEY] = options.resolve(config)
-    asked = processes.rerun_request()
+    config.pluginmanager.register(bench_fixture, "hpml-benchmark")
+    config.pluginmanager.register(Collector(config), "hpml-verdicts")
+
+    def budget(test: str) -> float:
+        from .verdict.session import verdicts
+
+        return verdicts(config).budget(test)
+
+    def reference(device: Any, sync: Any) -> Any:
+        return config.hook.pytest_hpml_reference_workload(config=config, device=device, sync=sync)
+
+    config.stash[bench_fixture.BENCH_SESSION_KEY] = bench_fixture.BenchSession(budget, reference)
+    asked = role.rerun_request()
     if asked is not None:  # a process started to measure benchmarks again
-        config.stash[options.SETTINGS_KEY] = processes.rerun_settings(settings(config), asked)
-        config.pluginmanager.register(processes.Rerun(asked), "hpml-rerun")
-    gpus.take_slice(config)  # an xdist worker sees only its GPUs, before CUDA starts here
-    config.stash[gpus.SCHEDULER_KEY] = gpus.schedule(config)
-    here = distributed.launch(config)
-    if here is not None:  # one of several ranks: measured here alone, reported by rank 0
-        config.stash[options.SETTINGS_KEY] = distributed.rank_settings(settings(config), here)
-        config.pluginmanager.register(distributed.Rank(config, here), "hpml-rank")
-    reports.check_html(config.stash[options.SETTINGS_KEY])
-    config.pluginmanager.register(regression(config), "hpml-regression")
+        from .bench.reruns import Rerun
+        from .verdict.session import verdicts
+
+        rerun = Rerun(asked, results=lambda: verdicts(config).results)
+        config.pluginmanager.register(rerun, "hpml-rerun")
+    if role.launch(config) is not None:  # one of several ranks
+        from .dist.distributed import Rank
+
+        config.pluginmanager.register(Rank(config, role.launch(config)), "hpml-rank")
+    if config.pluginmanager.hasplugin("xdist"):
+        from .hardware import gpus
+
+        gpus.take_slice(config)  # an xdist worker sees only its GPUs, before CUDA starts here
+        config.stash[gpus.SCHEDULER_KEY] = gpus.schedule(config)
+    if chosen.report_html:
+        from .report.html import check_html
+
+        check_html(chosen)
 
 
 @pytest.hookimpl
 def pytest_report_header(config: pytest.Config) -> list[str]:
     """Show the selection and seed; the hardware too if torch is loaded already."""
-    lines = [header.settings_line(settings(config))]
-    scheduler = config.stash.get(gpus.SCHEDULER_KEY, None)
-    if scheduler is not None:
-        lines.append(scheduler.header())
-    if header.torch_imported():
-        lines.append(header.hardware_line(config))
-        config.stash[HARDWARE_SHOWN] = True
-    return lines
+    from .report import header
+
+    return header.lines(config)
 
 
 @pytest.hookimpl
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Check the test's hpml markers and parametrize the hpml fixtures it uses."""
+    from .fixtures.fixtures import parametrize
+
     markers.check(metafunc.definition)
     parametrize(metafunc)
 
@@ -67,33 +94,48 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect slow tests unless asked for; check the hardware and backends hpml tests need."""
-    if not settings(config).run_slow:
+    from .fixtures.fixtures import check_selection, uses_hpml
+    from .report import header
+
+    if not config.stash[options.SETTINGS_KEY].run_slow:
         markers.deselect_slow(config, items)
-    if not any(uses_hpml(item) for item in items):
-        return
-    check_selection(config, items)
-    config.stash[HPML_ITEMS] = True  # checked: the hardware line may be shown
+    if any(uses_hpml(item) for item in items):
+        check_selection(config, items)
+        header.hardware_checked(config)
 
 
 @pytest.hookimpl
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
     """Show the hardware once hpml tests were collected (torch is needed for them anyway)."""
-    if config.stash.get(HPML_ITEMS, False) and not config.stash.get(HARDWARE_SHOWN, False):
-        return [header.hardware_line(config)]
-    return []
+    from .report import header
+
+    return header.after_collection(config)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
     """Run a distributed test in ranks of its own (or a test needing more GPUs than this xdist
     worker has, on leased GPUs) and report it as one test."""
-    return distributed.spawn_protocol(item, nextitem)
+    from .hardware import gpus
+
+    if item.get_closest_marker("distributed") is None and gpus.share(item.config) is None:
+        return None
+    from .dist.distributed import spawn_protocol
+    from .verdict.session import verdicts
+
+    return spawn_protocol(item, nextitem, budget=verdicts(item.config).budget)
 
 
 @pytest.hookimpl(wrapper=True, specname="pytest_runtest_protocol")
-def hold_gpus(item: pytest.Item) -> object:
+def hold_gpus(item: pytest.Item) -> Generator[None, object, object]:
     """Hold this xdist worker's GPUs while a test that uses them runs."""
-    with distributed.gpus_held(item):
+    from .hardware import gpus
+
+    if gpus.share(item.config) is None:
+        return (yield)
+    from .dist.distributed import gpus_held
+
+    with gpus_held(item):
         return (yield)
 
 
@@ -103,6 +145,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     mark = item.get_closest_marker("gpu")
     if mark is None:
         return
+    from .hardware.devices import hardware
+
     try:
         requirement = markers.gpu_requirement(mark)
     except markers.MarkerError as exc:  # a mark added after collection
@@ -110,3 +154,88 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     reason = markers.gpu_skip_reason(requirement, hardware(item.config))
     if reason:  # a skip mark, so that pytest reports the test's location, not this hook's
         item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Judge a passed benchmark's metrics and attach them to its call report."""
+    from .bench.fixture import BENCHMARK_KEY, PROPERTY
+
+    report = yield
+    if call.when == "call" and report.passed and BENCHMARK_KEY in item.stash:
+        from .verdict.session import verdicts
+
+        payload = verdicts(item.config).payload(item)
+        if payload is not None:
+            report.user_properties.append((PROPERTY, payload))
+    return report
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_hpml_reference_workload(config: pytest.Config, device: Any, sync: Any) -> Any:
+    """The default reference workload (see the hook spec)."""
+    from .bench.reference import Reference
+
+    return Reference(device, sync)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_hpml_fingerprint(config: pytest.Config) -> Any:
+    """The default fingerprint: CPU, cores, GPUs, driver, CUDA, torch, Python, system."""
+    from .hardware import fingerprint
+    from .hardware.devices import hardware
+
+    return fingerprint.current(hardware(config))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_hpml_judge_metric(
+    record: dict[str, Any], baseline: dict[str, Any] | None, threshold: float
+) -> Any:
+    """The default verdict: the judge the metric's kind names."""
+    from .verdict.judge import judge_metric
+
+    return judge_metric(record, baseline, threshold)
+
+
+class Collector:
+    """The session-wide hooks that need the config: collecting verdicts from every report,
+    finishing the session, and the summary where this process reports."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Collect the verdicts of every test, whichever process ran it."""
+        from .bench.fixture import PROPERTY
+
+        for name, value in report.user_properties:
+            if name == PROPERTY:
+                from .verdict.session import verdicts
+
+                verdicts(self.config).collect(value)
+
+    @pytest.hookimpl
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Measure again, write reports, record baselines, fail the session on a regression."""
+        from .verdict.session import reported
+
+        found = reported(self.config)
+        if found is not None:
+            from .report.summary import finish
+
+            finish(session, found)
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Print the verdict table, then what regressed, improved or could not be read."""
+        from .verdict.session import reported
+
+        found = reported(self.config)
+        if found is not None:
+            from .report.summary import terminal
+
+            terminal(terminalreporter, found)

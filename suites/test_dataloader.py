@@ -41,7 +41,7 @@ from torch.utils.data import (
     WeightedRandomSampler,
 )
 
-from pytest_hpml.fixtures import settings as hpml_settings
+from pytest_hpml import settings as hpml_settings
 from suites.loading import (
     BOOK_TRANSFORMS,
     FEATURES,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 
 import pytest
 
-from pytest_hpml import baselines
+from pytest_hpml.verdict import baselines
 from tests.conftest import count_tests
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from pytest_hpml.baselines import merge
+from pytest_hpml.verdict.baselines import merge
 
 for i in range(10**9):
     merge(Path(sys.argv[1]), {f"test_{os.getpid()}_{i}": {"time": {"samples": [1.0] * 99}}}, {})

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_hpml.distributed import Launch, launch_from
+from pytest_hpml.config.role import Launch, launch_from
 
 if TYPE_CHECKING:
     from tests.conftest import Project

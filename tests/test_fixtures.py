@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
-from pytest_hpml.precision import Precision, tf32
+from pytest_hpml.fixtures.precision import Precision, tf32
 
 if TYPE_CHECKING:
     from tests.conftest import Project

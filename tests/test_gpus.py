@@ -1,6 +1,6 @@
 """GPUs across pytest-xdist workers: a disjoint slice each, and tests that need more wait for
 free GPUs and run apart on them. Tested on CPU by faking the GPU count at the discovery layer
-(``pytest_hpml.gpus.device_count``): no CUDA call is made.
+(``pytest_hpml.hardware.devices.device_count``): no CUDA call is made.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_hpml.gpus import slices
+from pytest_hpml.hardware.gpus import slices
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 FAKE_GPUS = """
 import os
 
-import pytest_hpml.gpus
+import pytest_hpml.hardware.devices
 
 
 def _count():
@@ -26,7 +26,7 @@ def _count():
     return 4 if value is None else len([v for v in value.split(",") if v.strip()])
 
 
-pytest_hpml.gpus.device_count = _count
+pytest_hpml.hardware.devices.device_count = _count
 """
 
 TESTS = """

@@ -37,7 +37,7 @@ def test_importing_the_plugin_imports_no_heavy_library() -> None:
 
 @pytest.mark.parametrize(
     ("helper", "module"),
-    [("assert_optimizer_matches", "optim"), ("assert_shrinks", "pruning")],
+    [("assert_optimizer_matches", "helpers.optim"), ("assert_shrinks", "helpers.pruning")],
 )
 def test_a_helper_and_torch_are_imported_only_when_the_helper_is_used(
     helper: str, module: str

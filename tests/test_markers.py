@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_hpml.devices import GpuInfo
-from pytest_hpml.markers import GpuRequirement, gpu_requirement, gpu_skip_reason
+from pytest_hpml.config.markers import GpuRequirement, gpu_requirement, gpu_skip_reason
+from pytest_hpml.hardware.devices import GpuInfo
 
 if TYPE_CHECKING:
     from tests.conftest import Project

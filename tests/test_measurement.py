@@ -8,7 +8,8 @@ import time
 import pytest
 import torch
 
-from pytest_hpml.benchmarking import Plan, Reference, measure, synchronizer
+from pytest_hpml.bench.measure import Plan, measure, synchronizer
+from pytest_hpml.bench.reference import Reference
 
 SYNC_SECONDS = 0.002
 
@@ -88,7 +89,7 @@ def test_variants_are_measured_in_the_same_rounds_with_their_reference() -> None
 
 
 def test_storage_tracker_counts_live_tensor_bytes_at_their_peak() -> None:
-    from pytest_hpml.memory import StorageTracker
+    from pytest_hpml.bench.memory import StorageTracker
 
     with StorageTracker() as tracker:
         first = torch.ones(1000)  # 4000 B

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_hpml.options import OPTIONS
+from pytest_hpml.config.options import OPTIONS
 
 if TYPE_CHECKING:
     from tests.conftest import Project

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_hpml import processes
+from pytest_hpml.config import invocation
 from tests.conftest import WORK
 
 if TYPE_CHECKING:
@@ -138,4 +138,4 @@ def test_other_processes_drop_the_options_that_write_files_or_spread_tests(
 ) -> None:
     config = pytester.parseconfig(*given)  # pytester adds a --basetemp of its own
     xdist = ["-n0"] if config.pluginmanager.hasplugin("xdist") else []
-    assert processes.child_args(config) == kept + xdist
+    assert invocation.child_args(config) == kept + xdist

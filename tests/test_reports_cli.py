@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_hpml import baselines, cli, reports
-from pytest_hpml import html as hpml_html
-from pytest_hpml.fingerprint import Fingerprint
-from pytest_hpml.regression import judge_metric
-from pytest_hpml.stats import median
+from pytest_hpml.hardware.fingerprint import Fingerprint
+from pytest_hpml.report import cli, files, text
+from pytest_hpml.report import html as hpml_html
+from pytest_hpml.verdict import baselines
+from pytest_hpml.verdict.judge import judge_metric
+from pytest_hpml.verdict.stats import median
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -83,14 +84,14 @@ def make_document(directory: Path, mode: str = "compare") -> dict[str, Any]:
         current = {name: record for name, (_, record) in metrics.items()}
         results.append({"test": test, "threshold": 0.1, "metrics": current, "verdicts": verdicts})
     return {
-        "format": reports.REPORT_FORMAT,
+        "format": files.REPORT_FORMAT,
         "created": "2026-01-02T03:04:05Z",
         "commit": "0123456789ab",
         "fingerprint": FINGERPRINT.as_dict(),
         "baseline_mode": mode,
         "baseline_dir": str(directory),
         "results": results,
-        "counts": reports.counts(results),
+        "counts": text.counts(results),
         "errors": [],
     }
 
@@ -133,7 +134,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
 def report(tmp_path: Path, stored: Path) -> Path:
     """A JSON report judged against ``stored``."""
     path = tmp_path / "hpml.json"
-    reports.write_json(path, make_document(stored))
+    files.write_json(path, make_document(stored))
     return path
 
 
@@ -177,7 +178,7 @@ def test_html_report_escapes_test_ids_and_shows_every_verdict(
     assert ODD_ID not in page
     assert "<b>&" not in page
     table = page[page.index("<table>") : page.index("</table>")]
-    verdicts = [row["verdict"] for row in reports.rows(document["results"])]
+    verdicts = [row["verdict"] for row in text.rows(document["results"])]
     assert set(verdicts) == {"pass", "regressed", "improved", "inconclusive", "no-baseline"}
     assert re.findall(r"<b style='color:#\w+'>([\w-]+)</b>", table) == verdicts
     assert "too few samples" in table  # the inconclusive verdict says why
@@ -262,7 +263,7 @@ def test_show_gives_medians_and_values(stored: Path, capsys: pytest.CaptureFixtu
         ["test_a.py::test_slower", "time", "time"],
     ]
     base = CASES["test_a.py::test_slower"]["time"][0]
-    assert rows[1][3:7] == [*reports.fmt(median(base["samples"]), "s").split(), "30", "(1"]
+    assert rows[1][3:7] == [*text.fmt(median(base["samples"]), "s").split(), "30", "(1"]
     code, out, _ = run_cli(capsys, "show", portable, "--test", "*::test_slow*")
     assert code == 0
     assert out.splitlines()[1].split()[:4] == ["test_a.py::test_slower", "params", "count", "100"]
@@ -272,7 +273,7 @@ def test_show_reads_a_report_too(report: Path, capsys: pytest.CaptureFixture[str
     code, out, _ = run_cli(capsys, "show", report, "--test", "test_odd")
     assert code == 0
     assert ODD_ID in out
-    assert reports.fmt(median(CASES[ODD_ID]["time"][1]["samples"]), "s") in out
+    assert text.fmt(median(CASES[ODD_ID]["time"][1]["samples"]), "s") in out
 
 
 def test_show_without_a_match_says_so(stored: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -320,7 +321,7 @@ def test_render_writes_markdown_and_html(
     assert code == 0
     assert out == f"wrote {md}\nwrote {page}\n"
     document = json.loads(report.read_text())
-    assert md.read_text() == reports.markdown(document)
+    assert md.read_text() == files.markdown(document)
     assert page.read_text().count("data:image/png;base64,") == 1 + len(CASES)
 
 
@@ -396,14 +397,14 @@ def test_python_m_runs_the_cli_without_importing_torch(stored: Path) -> None:
     )
     assert "portable-torch2.14.json" in out.stdout
     imported = [line.rpartition("|")[2].strip() for line in out.stderr.splitlines()]
-    assert "pytest_hpml.cli" in imported
+    assert "pytest_hpml.report.cli" in imported
     assert [m for m in imported if m.partition(".")[0] in ("torch", "matplotlib")] == []
 
 
 def test_console_script_and_extras_are_declared() -> None:
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["scripts"] == {"pytest-hpml": "pytest_hpml.cli:main"}
+    assert project["scripts"] == {"pytest-hpml": "pytest_hpml.report.cli:main"}
     extras = project["optional-dependencies"]
     assert any(req.startswith("matplotlib") for req in extras["report"])
     assert any(req.startswith("matplotlib") for req in extras["test"])
@@ -429,7 +430,7 @@ def test_plugin_writes_the_html_report(project: Project) -> None:
     page = (project.path / "r.html").read_text()
     assert len(IMG.findall(page)) == 2  # the changes, the samples of test_sum
     assert "test_inner.py::test_sum" in page
-    assert json.loads((project.path / "r.json").read_text())["format"] == reports.REPORT_FORMAT
+    assert json.loads((project.path / "r.json").read_text())["format"] == files.REPORT_FORMAT
 
 
 def test_plugin_without_matplotlib_stops_before_running(

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from pytest_hpml import stats
-from pytest_hpml.regression import judge_metric
+from pytest_hpml.verdict import stats
+from pytest_hpml.verdict.judge import judge_metric
 
 
 def draws(center: float, noise: float = 0.02, count: int = 40, seed: int = 0) -> list[float]:
@@ -79,7 +79,20 @@ def test_no_baseline_samples_is_no_baseline() -> None:
 def test_mann_whitney_is_near_one_half_for_identical_samples() -> None:
     samples = draws(1.0)
     assert stats.mann_whitney_greater(samples, list(samples)) == pytest.approx(0.5, abs=0.05)
-    assert stats.mann_whitney_greater([1.0] * 6, [1.0] * 6) == 0.5  # all tied
+    # All tied: no evidence either way (scipy gives p = 1 in both directions, where the hand
+    # approximation before it gave 0.5).
+    tied = [1.0] * 6
+    assert stats.mann_whitney_greater(tied, tied) > 0.5
+
+
+def test_mann_whitney_is_exact_for_small_samples() -> None:
+    # 3 against 3, every current sample larger: 1 ordering of the C(6, 3) = 20 is as extreme.
+    assert stats.mann_whitney_greater([4.0, 5.0, 6.0], [1.0, 2.0, 3.0]) == pytest.approx(1 / 20)
+
+
+@pytest.mark.parametrize(("df", "quantile"), [(1, 6.314), (2, 2.920), (11, 1.796), (40, 1.684)])
+def test_t_quantiles_for_any_degrees_of_freedom(df: int, quantile: float) -> None:
+    assert stats.t95(df) == pytest.approx(quantile, abs=1e-3)
 
 
 def test_mann_whitney_is_small_for_a_larger_sample_and_large_the_other_way() -> None:

@@ -14,7 +14,6 @@ import contextlib
 import fcntl
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -24,28 +23,18 @@ from typing import Any
 
 import pytest
 
+from ..config.role import Role, role
+from . import devices
+
 SLICE_INPUT = "hpml_gpus"  # workerinput keys
 ALL_INPUT = "hpml_all_gpus"
 LOCKS_INPUT = "hpml_gpu_locks"
 POLL = 0.2  # seconds between attempts to lease GPUs held by other workers
 
 
-def device_count() -> int:
-    """How many CUDA devices torch sees, without a CUDA context (NVML): the discovery layer.
-
-    On Linux, a machine without an NVIDIA device node has none, and torch is not imported.
-    """
-    if sys.platform.startswith("linux") and not any(Path("/dev").glob("nvidia[0-9]*")):
-        return 0
-    from .devices import import_torch
-
-    torch = import_torch()
-    return torch.cuda.device_count() if torch.backends.cuda.is_built() else 0
-
-
 def visible_gpus() -> list[str]:
     """The ids of the visible GPUs, as ``CUDA_VISIBLE_DEVICES`` would name them."""
-    count = device_count()
+    count = devices.device_count()
     value = os.environ.get("CUDA_VISIBLE_DEVICES")
     if value is None:
         return [str(i) for i in range(count)]
@@ -149,7 +138,7 @@ class Scheduler:
 
 def schedule(config: pytest.Config) -> Scheduler | None:
     """Register the scheduler in an xdist controller on a machine with GPUs."""
-    if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist"):
+    if role(config) is Role.XDIST_WORKER or not config.pluginmanager.hasplugin("xdist"):
         return None
     if not getattr(config.option, "numprocesses", None) or config.option.dist == "no":
         return None

@@ -17,7 +17,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import baselines, reports, stats
+import pytest
+
+from ..bench.metrics import kind_of, per_second
+from ..verdict import judge, stats
+from . import text as reports
 
 Baselines = Mapping[str, Mapping[str, Mapping[str, Any]]]  # test id -> metric -> record
 
@@ -28,7 +32,6 @@ COLOURS = {
     stats.INCONCLUSIVE: "#e69500",
     stats.NO_BASELINE: "#9e9e9e",
 }
-PLOTTED_KINDS = ("time", "rate")
 INSTALL_HINT = "pip install 'pytest-hpml[report]' (or pip install matplotlib)"
 
 STYLE = """
@@ -55,6 +58,15 @@ class ReportError(ImportError):
 def available() -> bool:
     """Whether :func:`render` can run, checked without importing matplotlib."""
     return importlib.util.find_spec("matplotlib") is not None
+
+
+def check_html(chosen: Any) -> None:
+    """Fail at the start, not after the benchmarks have run: the HTML report needs matplotlib."""
+    if not chosen.report_html:
+        return
+    if not available():
+        where = chosen.sources.get("report_html", "--hpml-report-html")
+        raise pytest.UsageError(f"{where}: the HTML report needs matplotlib; {INSTALL_HINT}")
 
 
 def render(document: dict[str, Any], baselines: Baselines | None = None) -> str:
@@ -88,8 +100,8 @@ def stored_baselines(document: dict[str, Any], directory: Path | None = None) ->
     The plugin passes ``directory`` (it writes reports before recording). Read later, a report
     of an update run would find its own samples there, so only compare runs are looked up.
     """
-    from .baselines import BaselineError, load, machine_path
-    from .fingerprint import Fingerprint
+    from ..hardware.fingerprint import Fingerprint
+    from ..verdict.baselines import BaselineError, load, machine_path
 
     if directory is None:
         if document.get("baseline_mode") != "compare" or not document.get("baseline_dir"):
@@ -260,7 +272,7 @@ def _samples(figure_class: Any, results: list[dict[str, Any]], baselines: Baseli
         names = [
             n
             for n, m in sorted(result["metrics"].items())
-            if m["kind"] in PLOTTED_KINDS and m.get("samples")
+            if getattr(kind_of(m), "plotted", False) and m.get("samples")
         ]
         if names and any(n in result["verdicts"] for n in names):
             stored = baselines.get(result["test"], {})
@@ -318,19 +330,19 @@ def _panel(ax: Any, name: str, result: dict[str, Any], base: Mapping[str, Any] |
 
 def _groups(record: Mapping[str, Any], base: Mapping[str, Any] | None) -> dict[str, list[float]]:
     """What to draw: baseline, current and, where both runs timed the reference workload,
-    current in the baseline's units (where a verdict judges them so: ``baselines.judged``)."""
-    current = baselines.runs(record)
+    current in the baseline's units (where a verdict judges them so: ``judge.judged``)."""
+    current = judge.runs(record)
     if not base or not base.get("samples"):
-        return {"current": baselines.pooled(current)}
-    stored = baselines.runs(base)
-    groups = {"baseline": baselines.pooled(stored), "current": baselines.pooled(current)}
-    per_second = record["kind"] == "rate"
-    samples = baselines.judged(current, stored, per_second)
+        return {"current": judge.pooled(current)}
+    stored = judge.runs(base)
+    groups = {"baseline": judge.pooled(stored), "current": judge.pooled(current)}
+    rate = per_second(record)
+    samples = judge.judged(current, stored, rate)
     normalized = samples.pooled()[0]
     if normalized and samples.units:
         # Judged in reference units (stats.normalize); drawn in the baseline's units.
-        unit = stats.median(baselines.pooled(stored, "reference"))
-        groups["current\nnormalized"] = [s / unit if per_second else s * unit for s in normalized]
+        unit = stats.median(judge.pooled(stored, "reference"))
+        groups["current\nnormalized"] = [s / unit if rate else s * unit for s in normalized]
     return groups
 
 

@@ -6,6 +6,7 @@ torch and Python versions) and hashes to a short id; a human-readable name goes 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import platform
@@ -14,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .options import usable_cpus
+from ..config.options import usable_cpus
 
 FIELDS = ("cpu", "cores", "gpus", "driver", "cuda", "torch", "python", "system")
 
@@ -52,6 +53,10 @@ class Fingerprint:
         data["id"] = self.id
         data["name"] = self.label
         return data
+
+    def with_name(self, name: str) -> Fingerprint:
+        """The same machine under a human-readable name (``--hpml-machine``)."""
+        return dataclasses.replace(self, name=name)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Fingerprint:

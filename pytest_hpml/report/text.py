@@ -1,18 +1,15 @@
-"""Reports of benchmark verdicts: the terminal table, the JSON report and the Markdown summary
-(the HTML report is drawn by :mod:`pytest_hpml.html`)."""
+"""Verdicts as text: values with readable units, the verdict table, one line per verdict.
+Shared by the terminal summary, the Markdown and HTML reports and the command line."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from . import stats
+from ..verdict import stats
 
 UNITS = {"s": [(1, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")]}
 PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
-REPORT_FORMAT = "pytest-hpml-report/1"
 
 
 def scale(value: float, unit: str) -> tuple[float, str]:
@@ -110,12 +107,6 @@ def headline(found: dict[str, int]) -> str:
     return f"{bad} regression(s)" if bad else "no regression"
 
 
-def write_json(path: Path, document: dict[str, Any]) -> None:
-    from .baselines import write_atomic
-
-    write_atomic(path, json.dumps(document, indent=1, sort_keys=True) + "\n")
-
-
 def describe(verdict: dict[str, Any], unit: str = "") -> str:
     """One line for a verdict: baseline -> current, change (and raw change), confidence."""
     parts = [f"{fmt(verdict['baseline'], unit)} -> {fmt(verdict['current'], unit)}"]
@@ -129,64 +120,3 @@ def describe(verdict: dict[str, Any], unit: str = "") -> str:
     if verdict.get("threshold") is not None:
         parts.append(f"threshold {verdict['threshold']:.0%}")
     return ", ".join(parts)
-
-
-def markdown(document: dict[str, Any]) -> str:
-    """A Markdown summary for a pull-request comment or a CI step summary."""
-    results = document["results"]
-    found = counts(results)
-    lines = [
-        f"### pytest-hpml benchmarks: {headline(found)}",
-        "",
-        f"Machine: {document['fingerprint'].get('name', '?')} "
-        f"(`{document['fingerprint'].get('id', '?')}`), commit `{document.get('commit') or '?'}`, "
-        f"baselines: {document['baseline_mode']}.",
-        "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
-    ]
-    for row in rows(results):
-        mark = {"regressed": "**regressed**", "improved": "_improved_"}.get(row["verdict"])
-        cells = [f"`{row['test']}`", *(row[c] for c in COLUMNS[1:-1]), mark or row["verdict"]]
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    lines += ["", ", ".join(f"{n} {v}" for v, n in found.items()) or "no metrics"]
-    cited = citations(results)
-    if cited:
-        lines += ["", "Published figures beside ours:", "", *(f"- {line}" for line in cited)]
-    lines += [f"\n**Error:** {e}" for e in document.get("errors", ())]
-    return "\n".join(lines) + "\n"
-
-
-def write_markdown(path: Path, document: dict[str, Any]) -> None:
-    """Write the summary; append when ``path`` is GitHub's step summary file."""
-    import os
-
-    text = markdown(document)
-    if os.environ.get("GITHUB_STEP_SUMMARY") and Path(os.environ["GITHUB_STEP_SUMMARY"]) == path:
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(text)
-        return
-    from .baselines import write_atomic
-
-    write_atomic(path, text)
-
-
-def check_html(chosen: Any) -> None:
-    """Fail at the start, not after the benchmarks have run: the HTML report needs matplotlib."""
-    if not chosen.report_html:
-        return
-    import pytest
-
-    from .html import INSTALL_HINT, available
-
-    if not available():
-        where = chosen.sources.get("report_html", "--hpml-report-html")
-        raise pytest.UsageError(f"{where}: the HTML report needs matplotlib; {INSTALL_HINT}")
-
-
-def write_html(path: Path, document: dict[str, Any]) -> None:
-    """A standalone HTML report (see :mod:`pytest_hpml.html`)."""
-    from .baselines import write_atomic
-    from .html import render, stored_baselines
-
-    write_atomic(path, render(document, stored_baselines(document, Path(document["baseline_dir"]))))

@@ -6,11 +6,20 @@ import weakref
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+
+from .. import _compat
 
 
-class StorageTracker(TorchDispatchMode):
+def _tensors(value: Any) -> list[Any]:
+    """The tensors in an operator's output (a tensor, or tuples and lists of them)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+class StorageTracker(_compat.dispatch_mode_class()):  # type: ignore[misc]
     """Counts the bytes of tensor storages created by ops while active, freed ones subtracted.
 
     torch keeps one Python object per storage while it lives, so a weak reference to it says
@@ -35,8 +44,8 @@ class StorageTracker(TorchDispatchMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         out = func(*args, **(kwargs or {}))
-        for value in tree_flatten(out)[0]:
-            if isinstance(value, torch.Tensor) and value.device.type != "meta":
+        for value in _tensors(out):
+            if value.device.type != "meta":
                 storage = value.untyped_storage()
                 key = id(storage)
                 if key not in self._tracked:

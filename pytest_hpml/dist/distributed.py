@@ -35,20 +35,23 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
-from . import gpus, markers, processes
-from .logs import quieted
-from .options import SETTINGS_KEY, Settings
+from .. import _compat
+from ..config import markers
+from ..config.invocation import child_args, keep_only
+from ..config.role import RANK_BENCH_TIME_ENV, RANK_RESULT_ENV, RERUN_ENV, Launch, launch, settings
+from ..hardware import gpus
+from ..hardware.devices import devices, hardware
+from ..logs import quieted
 
-RESULT_ENV = "HPML_RANK_RESULT"  # a spawned rank writes its reports here
+RESULT_ENV = RANK_RESULT_ENV  # a spawned rank writes its reports here
 TEST_ENV = "HPML_RANK_TEST"  # the node id a spawned rank runs
 BACKEND_ENV = "HPML_RANK_BACKEND"  # the backend the parent chose for the test
 TIMEOUT_ENV = "HPML_RANK_TIMEOUT"  # seconds, for the process group's collectives
 PARENT_ENV = "HPML_RANK_PARENT"  # the parent's pid: a rank dies with it
-BENCH_TIME_ENV = "HPML_RANK_BENCH_TIME"  # seconds of rounds per benchmark in this process
 GROUP_ENV = "HPML_RANK_GROUP"  # "0": a test run apart on leased GPUs, no process group
 STACK_GRACE = 0.5  # seconds a running rank gets to write its stacks before it is killed
 STACKS_ENV = "HPML_RANK_STACKS"  # where a spawned rank writes its stacks when asked
@@ -56,68 +59,6 @@ TAIL_LINES = 40
 ELASTIC_LOGGER = "torch.distributed.elastic.multiprocessing.api"
 # Frames of pytest's own machinery, left out of the stacks of ranks that were stopped.
 PLUMBING = ("/_pytest/", "/pluggy/", "<frozen runpy>", "/pytest/__main__.py")
-
-# (rank, world size, local rank) variables of each launcher, first match wins.
-LAUNCHERS = (
-    ("torchrun", ("RANK", "WORLD_SIZE", "LOCAL_RANK")),
-    ("mpirun", ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK")),
-    ("srun", ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")),
-)
-
-
-@dataclass(frozen=True)
-class Launch:
-    """This process's place among the ranks, when it is one."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    launcher: str  # torchrun, mpirun, srun, or pytest-hpml (a spawned rank)
-
-    @property
-    def spawned(self) -> bool:
-        return self.launcher == "pytest-hpml"
-
-
-def launch_from(environ: Mapping[str, str]) -> Launch | None:
-    """The launch this process belongs to, from its environment; None when it is no rank.
-
-    An ``srun`` or ``mpirun`` of a single task is no launch: pytest then spawns ranks itself.
-    """
-    for launcher, names in LAUNCHERS:
-        if all(environ.get(name, "").isdecimal() for name in names):
-            rank, size, local = (int(environ[name]) for name in names)
-            if size < 2 and launcher != "torchrun":
-                return None
-            if environ.get(RESULT_ENV):
-                launcher = "pytest-hpml"
-            return Launch(rank, size, local, launcher)
-    return None
-
-
-LAUNCH_KEY = pytest.StashKey["Launch | None"]()
-
-
-def launch(config: pytest.Config) -> Launch | None:
-    if LAUNCH_KEY not in config.stash:
-        config.stash[LAUNCH_KEY] = launch_from(os.environ)
-    return config.stash[LAUNCH_KEY]
-
-
-def rank_settings(chosen: Settings, here: Launch) -> Settings:
-    """A rank measures in its own process only; only the reporting rank writes reports."""
-    quiet = here.spawned or here.rank != 0
-    budget = os.environ.get(BENCH_TIME_ENV)  # a spawned rank measures for its parent's share
-    return dataclasses.replace(
-        chosen,
-        processes=1,
-        record_processes=1,
-        bench_time=float(budget) if here.spawned and budget else chosen.bench_time,
-        report="" if quiet else chosen.report,
-        report_md="" if quiet else chosen.report_md,
-        report_html="" if quiet else chosen.report_html,
-    )
-
 
 # --------------------------------------------------------------------------- what a test asks
 
@@ -137,7 +78,7 @@ def spec(item: pytest.Item) -> Spec | None:
     if mark is None:
         return None
     world_size, backend, timeout = markers.distributed_settings(mark)
-    chosen = item.config.stash[SETTINGS_KEY]
+    chosen = settings(item.config)
     backend = backend or os.environ.get(BACKEND_ENV) or chosen.dist_backend
     if backend == "auto":
         backend = "nccl" if _on_cuda(item) else "gloo"
@@ -148,8 +89,6 @@ def _on_cuda(item: pytest.Item) -> bool:
     callspec = getattr(item, "callspec", None)
     device = callspec.params.get("device") if callspec else None
     if device is None:
-        from .fixtures import devices
-
         device = devices(item.config)[0]
     return str(device).startswith("cuda")
 
@@ -163,8 +102,6 @@ def skip_reason(item: pytest.Item, asked: Spec) -> str | None:
             f"{here.world_size} ranks"
         )
     if asked.backend == "nccl" and (here is None or here.spawned):
-        from .devices import hardware
-
         share = gpus.share(item.config)
         found = len(share.every) if share else hardware(item.config).cuda_count
         if found < asked.world_size:
@@ -250,10 +187,15 @@ def skipped(item: pytest.Item, reason: str) -> list[pytest.TestReport]:
     ]
 
 
-def spawn_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+def spawn_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None, budget: Callable[[str], float]
+) -> bool | None:
     """Run a distributed test in ranks of its own, or a test needing more GPUs than this xdist
     worker has in a process of its own on leased GPUs, and log the merged reports; None for
-    the other tests, and in a process that is a rank already."""
+    the other tests, and in a process that is a rank already.
+
+    ``budget(test id)``: the seconds of rounds a benchmark gets in one process, which the
+    ranks are told (passed in by the plugin: the bench layer decides it)."""
     if launch(item.config) is not None:
         return None
     asked = spec(item)
@@ -271,9 +213,9 @@ def spawn_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | No
     elif leased:
         with share.lease(need) as chosen:  # type: ignore[union-attr]
             apart = asked or Spec(1, "gloo", math.inf)
-            reports = run_spawned(item, apart, chosen, group=asked is not None)
+            reports = run_spawned(item, apart, budget, chosen, group=asked is not None)
     else:
-        reports = run_spawned(item, asked)  # type: ignore[arg-type]
+        reports = run_spawned(item, asked, budget)  # type: ignore[arg-type]
     for report in reports:
         item.ihook.pytest_runtest_logreport(report=report)
     _tear_down_before(item, nextitem)
@@ -286,8 +228,7 @@ def _tear_down_before(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     does not need is torn down here, as pytest's own protocol does after each test."""
     # pytest_runtest_teardown would also read what setup left in the item's stash, and this
     # process never set the item up: only its setup state is unwound.
-    state = item.session._setupstate
-    call = pytest.CallInfo.from_call(lambda: state.teardown_exact(nextitem), "teardown")
+    call = pytest.CallInfo.from_call(lambda: _compat.teardown_exact(item, nextitem), "teardown")
     if call.excinfo is not None:
         report = item.ihook.pytest_runtest_makereport(item=item, call=call)
         item.ihook.pytest_runtest_logreport(report=report)
@@ -365,7 +306,11 @@ def deserialize(config: pytest.Config, data: dict[str, Any]) -> pytest.TestRepor
 
 
 def run_spawned(
-    item: pytest.Item, asked: Spec, visible: Sequence[str] | None = None, group: bool = True
+    item: pytest.Item,
+    asked: Spec,
+    budget: Callable[[str], float],
+    visible: Sequence[str] | None = None,
+    group: bool = True,
 ) -> list[pytest.TestReport]:
     """Run ``item`` in ``asked.world_size`` fresh ranks and merge what they reported.
 
@@ -379,7 +324,11 @@ def run_spawned(
     store = TCPStore("127.0.0.1", 0, asked.world_size, True, wait_for_workers=False)
     for rank in range(asked.world_size):
         (workdir / f"rank{rank}").mkdir()
-    envs = {r: _rank_env(item, asked, r, store.port, workdir) for r in range(asked.world_size)}
+    bench_time = budget(item.nodeid)
+    envs = {
+        r: _rank_env(item, asked, r, store.port, workdir, bench_time)
+        for r in range(asked.world_size)
+    }
     for env in envs.values():
         if visible is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(visible)
@@ -397,10 +346,7 @@ def run_spawned(
     finally:
         with quieted(ELASTIC_LOGGER):  # "Sending process N closing signal SIGTERM"
             context.close(timeout=5)
-        for handler in context.subprocess_handlers.values():  # torch closes only running ones'
-            for stream in (handler._stdout, handler._stderr):
-                if stream is not None:
-                    stream.close()
+        _compat.close_elastic_streams(context)
         del store
     try:
         return merge(item, runs)
@@ -408,13 +354,9 @@ def run_spawned(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _budget(item: pytest.Item) -> float:
-    from .regression import regression  # regression imports this module
-
-    return regression(item.config).budget(item.nodeid)
-
-
-def _rank_env(item: pytest.Item, asked: Spec, rank: int, port: int, workdir: Path) -> dict:
+def _rank_env(
+    item: pytest.Item, asked: Spec, rank: int, port: int, workdir: Path, bench_time: float
+) -> dict:
     return {
         "RANK": str(rank),
         "LOCAL_RANK": str(rank),
@@ -434,8 +376,8 @@ def _rank_env(item: pytest.Item, asked: Spec, rank: int, port: int, workdir: Pat
         BACKEND_ENV: asked.backend,
         TIMEOUT_ENV: str(asked.timeout) if math.isfinite(asked.timeout) else "",
         PARENT_ENV: str(os.getpid()),
-        processes.RERUN_ENV: "",  # a rank measures in its own process only
-        BENCH_TIME_ENV: str(_budget(item)),
+        RERUN_ENV: "",  # a rank measures in its own process only
+        RANK_BENCH_TIME_ENV: str(bench_time),
     }
 
 
@@ -443,7 +385,7 @@ def _rank_args(config: pytest.Config, workdir: Path, rank: int) -> tuple[str, ..
     return (
         "-m",
         "pytest",
-        *processes.child_args(config),
+        *child_args(config),
         "-p",
         "no:cacheprovider",
         f"--basetemp={workdir / f'rank{rank}' / 'tmp'}",
@@ -561,7 +503,7 @@ class Rank:
     ) -> None:
         """A spawned rank runs only the test it was started for."""
         if self.here.spawned:
-            processes.keep_only(config, items, {os.environ[TEST_ENV]})
+            keep_only(config, items, {os.environ[TEST_ENV]})
 
     @pytest.hookimpl
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -599,10 +541,9 @@ class Rank:
         if self.here.spawned:
             return None  # type: ignore[return-value]
         import torch.distributed as dist
-        from _pytest.runner import runtestprotocol
 
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        own = runtestprotocol(item, log=False, nextitem=nextitem)
+        own = _compat.runtestprotocol(item, nextitem)
         gathered: list[Any] = [None] * self.here.world_size
         payload = [serialize(item.config, r) for r in own]
         dist.all_gather_object(gathered, payload, group=self.exchange_group)

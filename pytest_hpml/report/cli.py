@@ -19,8 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import baselines, reports, stats
-from .baselines import BaselineError
+from ..bench.metrics import kind_of, per_second
+from ..verdict import baselines, judge, stats
+from ..verdict.baselines import BaselineError
+from . import files, text
 from .html import ReportError
 
 Entries = dict[str, dict[str, Any]]  # test id -> metric -> record
@@ -85,8 +87,8 @@ def _existing(path: Path) -> Path:
 def _report_problem(data: Any) -> str | None:
     if not isinstance(data, dict):
         return "top level is not an object"
-    if data.get("format") != reports.REPORT_FORMAT:
-        return f"format is {data.get('format')!r}, expected {reports.REPORT_FORMAT!r}"
+    if data.get("format") != files.REPORT_FORMAT:
+        return f"format is {data.get('format')!r}, expected {files.REPORT_FORMAT!r}"
     results = data.get("results")
     if not isinstance(results, list):
         return "'results' is not a list"
@@ -116,7 +118,7 @@ def _is_report(path: Path) -> bool:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and data.get("format") == reports.REPORT_FORMAT
+    return isinstance(data, dict) and data.get("format") == files.REPORT_FORMAT
 
 
 def load_entries(path: Path) -> Entries:
@@ -131,7 +133,7 @@ def center(record: dict[str, Any]) -> float | None:
     value."""
     if not record.get("samples"):
         return record.get("value")
-    return stats.median(baselines.pooled(baselines.runs(record)))
+    return stats.median(judge.pooled(judge.runs(record)))
 
 
 # --- commands --------------------------------------------------------------------------------
@@ -195,13 +197,13 @@ def _matches(test: str, pattern: str | None) -> bool:
 
 
 def _record_row(test: str, name: str, record: dict[str, Any]) -> dict[str, str]:
-    process_runs = baselines.runs(record) if record.get("samples") else []
-    count = len(baselines.pooled(process_runs))
+    process_runs = judge.runs(record) if record.get("samples") else []
+    count = len(judge.pooled(process_runs))
     return {
         "test": test,
         "metric": name,
         "kind": str(record.get("kind", "?")),
-        "median/value": reports.fmt(center(record), record.get("unit", "")),
+        "median/value": text.fmt(center(record), record.get("unit", "")),
         "samples": f"{count} ({len(process_runs)} runs)" if process_runs else "-",
         "recorded": record.get("recorded") or "-",
         "commit": record.get("commit") or "-",
@@ -235,8 +237,8 @@ def _diff_row(
     return {
         "test": test,
         "metric": name,
-        "old": reports.fmt(before, unit),
-        "new": reports.fmt(after, unit),
+        "old": text.fmt(before, unit),
+        "new": text.fmt(after, unit),
         "change": change,
         "normalized": _normalized_change(old, new),
     }
@@ -245,12 +247,13 @@ def _diff_row(
 def _normalized_change(old: dict[str, Any] | None, new: dict[str, Any] | None) -> str:
     """The change in units of each run's reference workload (time and rate only), which is
     what a verdict judges: comparable across machines and loads. "-" where a verdict would
-    judge raw times (see :func:`baselines.judged`)."""
-    if not (old and new) or new.get("kind") not in ("time", "rate"):
+    judge raw times (see :func:`judge.judged`)."""
+    kind = kind_of(new or {})
+    if not (old and new) or kind is None or kind.judge != "samples":
         return "-"
     if not (center(old) and center(new)):
         return "-"
-    samples = baselines.judged(baselines.runs(new), baselines.runs(old), new["kind"] == "rate")
+    samples = judge.judged(judge.runs(new), judge.runs(old), per_second(new))
     after, before = samples.pooled()
     if not samples.units or not (before and after):
         return "-"
@@ -263,7 +266,7 @@ def run_render(args: argparse.Namespace) -> int:
     document = load_report(args.report)
     try:
         if args.md:
-            reports.write_markdown(args.md, document)
+            files.write_markdown(args.md, document)
             print(f"wrote {args.md}")
         if args.html:
             _write_html(args, document)
@@ -284,5 +287,5 @@ def _write_html(args: argparse.Namespace, document: dict[str, Any]) -> None:
 
 
 def _print(columns: Sequence[str], body: list[dict[str, str]]) -> None:
-    for line in reports.align(columns, body):
+    for line in text.align(columns, body):
         print(line.rstrip())

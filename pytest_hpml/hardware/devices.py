@@ -11,9 +11,12 @@ import os
 import sys
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ..config.role import settings
 
 _PROBE = """
 import json, torch
@@ -63,6 +66,17 @@ def import_torch() -> Any:
     return torch
 
 
+def device_count() -> int:
+    """How many CUDA devices torch sees, without a CUDA context (NVML): the discovery layer.
+
+    On Linux, a machine without an NVIDIA device node has none, and torch is not imported.
+    """
+    if sys.platform.startswith("linux") and not any(Path("/dev").glob("nvidia[0-9]*")):
+        return 0
+    torch = import_torch()
+    return torch.cuda.device_count() if torch.backends.cuda.is_built() else 0
+
+
 class Hardware:
     """Lazily gathered facts about the devices torch can use; one per session."""
 
@@ -72,8 +86,6 @@ class Hardware:
 
     @cached_property
     def cuda_count(self) -> int:
-        from .gpus import device_count
-
         return device_count()
 
     @cached_property
@@ -163,3 +175,9 @@ HARDWARE_KEY = pytest.StashKey[Hardware]()
 def hardware(config: pytest.Config) -> Hardware:
     """The session's :class:`Hardware`, created on first use."""
     return config.stash.setdefault(HARDWARE_KEY, Hardware())
+
+
+def devices(config: pytest.Config) -> list[str]:
+    """The selected devices (``--hpml-device``) with ``auto`` resolved, without duplicates."""
+    hw = hardware(config)
+    return list(dict.fromkeys(hw.resolve(spec) for spec in settings(config).devices))

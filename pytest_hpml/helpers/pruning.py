@@ -25,8 +25,8 @@ from typing import Any, Callable, Union
 
 import torch
 
-from .benchmarking import count_flops, model_size
-from .logs import quieted
+from ..bench.counters import count_flops, model_size
+from ..logs import quieted
 
 MEASURES = ("params", "bytes", "flops")
 PRUNERS = {"l1": "L1NormPruner", "l2": "L2NormPruner", "fpgm": "FPGMPruner"}

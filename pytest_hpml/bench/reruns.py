@@ -13,7 +13,6 @@ JSON file that is then pooled into this run's metrics.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -23,79 +22,13 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
-from .options import Settings
-
-RERUN_ENV = "HPML_RERUN"  # path of the JSON that tells a rerun process what to do
-SAMPLED = ("time", "rate", "ratio")  # metric kinds with samples, worth pooling
-
-# Options a rerun process must not repeat: they write files of the first process or schedule
-# tests elsewhere. True: the option takes a value (as ``--opt=V`` or ``--opt V``).
-_DROPPED = {
-    "--basetemp": True,
-    "--junitxml": True,
-    "--junit-xml": True,
-    "--benchmark-json": True,
-    "--benchmark-save": True,
-    "--benchmark-autosave": False,
-    "--benchmark-histogram": False,
-    "-n": True,
-    "--numprocesses": True,
-    "--dist": True,
-    "--maxprocesses": True,
-    "--lf": False,
-    "--last-failed": False,
-    "--ff": False,
-    "--failed-first": False,
-    "--nf": False,
-    "--new-first": False,
-    "--sw": False,
-    "--stepwise": False,
-}
-
-
-def rerun_request() -> dict[str, Any] | None:
-    """In a rerun process, what the first process asked of it; None elsewhere."""
-    path = os.environ.get(RERUN_ENV)
-    if not path:
-        return None
-    return json.loads(Path(path).read_text(encoding="utf-8"))
-
-
-def rerun_settings(chosen: Settings, asked: dict[str, Any]) -> Settings:
-    """A rerun measures for as long as asked and records, judges and reports nothing."""
-    return dataclasses.replace(
-        chosen,
-        baseline="off",
-        report="",
-        report_md="",
-        report_html="",
-        processes=1,
-        bench_time=asked["bench_time"],
-    )
-
-
-def child_args(config: pytest.Config) -> list[str]:
-    """The first process's arguments, without those that would clash with it."""
-    args = [str(a) for a in config.invocation_params.args]
-    kept: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-            continue
-        name = arg.split("=", 1)[0]
-        short = arg[:2] if arg.startswith("-n") and not arg.startswith("--") else name
-        if short in _DROPPED:
-            skip = _DROPPED[short] and "=" not in arg and len(arg) == len(short)
-            continue
-        kept.append(arg)
-    if config.pluginmanager.hasplugin("xdist"):
-        kept.append("-n0")  # an ini addopts "-n auto" would spread the reruns
-    return kept
+from ..config.invocation import child_args, keep_only
+from ..config.role import RERUN_ENV
+from .metrics import is_sampled
 
 
 @dataclass
@@ -145,7 +78,7 @@ def _take(
         return
     for result in results:
         for name, record in result["metrics"].items():
-            if record.get("kind") in SAMPLED and record.get("samples"):
+            if is_sampled(record) and record.get("samples"):
                 run = {k: record[k] for k in ("samples", "reference") if k in record}
                 found.runs.setdefault(result["test"], {}).setdefault(name, []).append(run)
 
@@ -157,27 +90,24 @@ def pool(results: Iterable[dict[str, Any]], found: Reruns) -> list[str]:
         extra = found.runs.get(result["test"], {})
         for name, runs in extra.items():
             record = result["metrics"].get(name)
-            if record is not None and record.get("kind") in SAMPLED:
+            if record is not None and is_sampled(record):
                 record.setdefault("processes", []).extend(runs)
         if extra:
             pooled.append(result["test"])
     return pooled
 
 
-def keep_only(config: pytest.Config, items: list[pytest.Item], tests: set[str]) -> None:
-    """Deselect every collected test whose node id is not in ``tests``."""
-    dropped = [item for item in items if item.nodeid not in tests]
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if item.nodeid in tests]
-
-
 class Rerun:
-    """The plugin of a rerun process: runs only the tests asked for and hands back results."""
+    """The plugin of a rerun process: runs only the tests asked for and hands back results.
 
-    def __init__(self, request: dict[str, Any]) -> None:
+    ``results`` gives what this process measured, at the end of its session (passed in: the
+    verdict layer holds the results, and this layer must not reach up to it).
+    """
+
+    def __init__(self, request: dict[str, Any], results: Callable[[], list[Any]]) -> None:
         self.tests = set(request["tests"])
         self.output = request["output"]
+        self.results = results
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(
@@ -189,7 +119,5 @@ class Rerun:
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Write what this process measured for the first one to pool."""
-        from .regression import regression
-
-        results = regression(session.config).results
-        Path(self.output).write_text(json.dumps({"results": results}), encoding="utf-8")
+        document = {"results": self.results()}
+        Path(self.output).write_text(json.dumps(document), encoding="utf-8")

@@ -1,0 +1,199 @@
+"""Every use of a private API of pytest, pytest-benchmark or torch, in one place.
+
+Private names change without notice. Each one is reached only through a function here, which
+checks that the name exists and otherwise stops the run with an error that names the version
+found and the versions supported, instead of an ``AttributeError`` deep inside a test. Nothing
+here is imported at plugin start-up beyond pytest itself: torch and pytest-benchmark are
+imported by the functions that need them.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from typing import Any, Callable
+
+import pytest
+
+# pytest-benchmark's fixture internals used here exist, unchanged, from 4.0 through 5.x; the
+# package metadata pins the same range (pyproject.toml).
+PYTEST_BENCHMARK = ((4, 0), (6, 0))  # supported: >= first, < second
+PYTEST = ((8, 0), (10, 0))
+
+
+class UnsupportedVersion(pytest.UsageError):
+    """A dependency's version lacks a private API pytest-hpml needs."""
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def _numbers(version: str) -> tuple[int, ...]:
+    parts = []
+    for part in version.split(".")[:2]:
+        digits = "".join(c for c in part if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def _unsupported(distribution: str, supported: tuple[tuple[int, ...], ...], what: str) -> str:
+    low, high = supported
+    return (
+        f"pytest-hpml needs {what} of {distribution}, missing in {distribution} "
+        f"{_version(distribution)}; supported: {distribution} >={low[0]}.{low[1]},<{high[0]}"
+    )
+
+
+def _require(obj: Any, name: str, distribution: str, supported: Any) -> Any:
+    try:
+        return getattr(obj, name)
+    except AttributeError:
+        raise UnsupportedVersion(
+            _unsupported(distribution, supported, f"{type(obj).__name__}.{name}")
+        ) from None
+
+
+def check_pytest_benchmark() -> None:
+    """Stop with a usage error when the installed pytest-benchmark is outside the tested range."""
+    found = _version("pytest-benchmark")
+    low, high = PYTEST_BENCHMARK
+    if found != "?" and not low <= _numbers(found) < high:
+        raise UnsupportedVersion(
+            f"pytest-benchmark {found} is not supported by pytest-hpml "
+            f"(supported: >={low[0]}.{low[1]},<{high[0]}); install a supported version"
+        )
+
+
+# --------------------------------------------------------------------------- pytest
+
+
+def fixturedefs(metafunc: pytest.Metafunc, name: str) -> Any:
+    """The fixture definitions a test's argument ``name`` resolves to (None if it has none)."""
+    table = _require(metafunc, "_arg2fixturedefs", "pytest", PYTEST)
+    return table.get(name)
+
+
+def teardown_exact(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Tear down what earlier tests set up and ``nextitem`` does not need (pytest's own
+    protocol does this after each test; a test run elsewhere skips that protocol)."""
+    state = _require(item.session, "_setupstate", "pytest", PYTEST)
+    state.teardown_exact(nextitem)
+
+
+def runtestprotocol(item: pytest.Item, nextitem: pytest.Item | None) -> list[pytest.TestReport]:
+    """pytest's per-test protocol without logging: the reports of setup, call and teardown."""
+    try:
+        from _pytest.runner import runtestprotocol as protocol
+    except ImportError:
+        raise UnsupportedVersion(
+            _unsupported("pytest", PYTEST, "_pytest.runner.runtestprotocol")
+        ) from None
+    return protocol(item, log=False, nextitem=nextitem)
+
+
+# --------------------------------------------------------------------------- pytest-benchmark
+
+
+def benchmark_fixture_class() -> type:
+    from pytest_benchmark.fixture import BenchmarkFixture
+
+    return BenchmarkFixture
+
+
+def fixture_already_used() -> type[Exception]:
+    from pytest_benchmark.fixture import FixtureAlreadyUsed
+
+    return FixtureAlreadyUsed
+
+
+def share_state(target: Any, fixture: Any) -> None:
+    """Make ``target`` share ``fixture``'s state, so that pytest-benchmark, which holds
+    ``fixture``, sees the stats and flags that ``target`` sets."""
+    for name in ("_timer", "_min_rounds", "_disable_gc", "_mode", "_make_stats", "stats"):
+        _require(fixture, name, "pytest-benchmark", PYTEST_BENCHMARK)
+    target.__dict__ = fixture.__dict__
+
+
+def timer(fixture: Any) -> Callable[[], float]:
+    return _require(fixture, "_timer", "pytest-benchmark", PYTEST_BENCHMARK)
+
+
+def set_timer(fixture: Any, clock: Callable[[], float]) -> None:
+    fixture._timer = clock
+
+
+def min_rounds(fixture: Any) -> int:
+    return _require(fixture, "_min_rounds", "pytest-benchmark", PYTEST_BENCHMARK)
+
+
+def disable_gc(fixture: Any) -> bool:
+    return _require(fixture, "_disable_gc", "pytest-benchmark", PYTEST_BENCHMARK)
+
+
+def mode(fixture: Any) -> str | None:
+    """How the fixture was used (``benchmark(...)``, ``pedantic(...)``), None if not yet."""
+    return _require(fixture, "_mode", "pytest-benchmark", PYTEST_BENCHMARK)
+
+
+def set_mode(fixture: Any, value: str) -> None:
+    fixture._mode = value
+
+
+def make_stats(fixture: Any, iterations: int) -> Any:
+    """A new stats object in pytest-benchmark's table, JSON and comparisons."""
+    return _require(fixture, "_make_stats", "pytest-benchmark", PYTEST_BENCHMARK)(iterations)
+
+
+def round_times(fixture: Any) -> list[float]:
+    """The per-round times pytest-benchmark measured (pedantic mode)."""
+    return list(fixture.stats.stats.data)
+
+
+# --------------------------------------------------------------------------- torch
+
+TORCH = ((2, 4), (3, 0))
+
+
+def dispatch_mode_class() -> type:
+    """torch's ``TorchDispatchMode``, the base of the counters that see every operator."""
+    try:
+        from torch.utils._python_dispatch import TorchDispatchMode
+    except ImportError:
+        raise UnsupportedVersion(
+            _unsupported("torch", TORCH, "torch.utils._python_dispatch.TorchDispatchMode")
+        ) from None
+    return TorchDispatchMode
+
+
+def dynamo_counters() -> dict[str, int] | None:
+    """dynamo's graphs, graph breaks, unsupported constructs and frames so far; None while
+    ``torch._dynamo`` is not loaded (nothing was compiled)."""
+    import sys
+
+    if "torch._dynamo" not in sys.modules:
+        return None
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        raise UnsupportedVersion(
+            _unsupported("torch", TORCH, "torch._dynamo.utils.counters")
+        ) from None
+    return {
+        "graphs": counters["stats"]["unique_graphs"],
+        "graph_break": sum(counters["graph_break"].values()),
+        "unimplemented": sum(counters["unimplemented"].values()),
+        "frames": counters["frames"]["total"],
+    }
+
+
+def close_elastic_streams(context: Any) -> None:
+    """Close the log files torch's elastic launcher opened for every rank (it closes only
+    those of ranks still running)."""
+    for handler in context.subprocess_handlers.values():
+        for name in ("_stdout", "_stderr"):
+            stream = getattr(handler, name, None)
+            if stream is not None:
+                stream.close()

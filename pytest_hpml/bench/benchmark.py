@@ -1,0 +1,269 @@
+"""The ``benchmark`` fixture's value: pytest-benchmark's fixture, measured the pytest-hpml way.
+
+pytest-benchmark's fixture keeps its options, statistics, JSON and comparison; what it lacks
+for PyTorch is done by :mod:`.measure` (device-correct rounds, warm-up, interleaved targets),
+:mod:`.reference` (the reference workload) and :mod:`.counters` (FLOPs, memory, compile
+counts). Imported when a test first asks for ``benchmark``, never at plugin start-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable
+
+from .. import _compat
+from . import metrics
+from .counters import DynamoCounters, count_flops, cuda_peak_memory, model_size, tracked_peak_memory
+from .measure import Plan, Series, _timed, measure
+
+
+def time_metric(series: Series) -> dict[str, Any]:
+    return metrics.Time(
+        "s",
+        samples=series.samples,
+        reference=series.reference,
+        first_call=series.first_call,
+        warmup_calls=series.warmup_calls,
+        iterations=series.iterations,
+    ).as_dict()
+
+
+def rate_metric(series: Series, amount: float, unit: str) -> dict[str, Any]:
+    """``amount`` per call (samples, FLOPs) divided by each round's time."""
+    samples = [amount / s for s in series.samples]
+    return metrics.Rate(unit, samples=samples, reference=series.reference).as_dict()
+
+
+class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
+    """pytest-benchmark's ``benchmark`` fixture, measured the pytest-hpml way.
+
+    Use it as before, ``benchmark(fn, *args)`` or ``benchmark.pedantic(...)``: pytest-benchmark's
+    options, tables, JSON and comparisons keep working. pytest-hpml adds to each round the
+    device synchronization and the reference workload, warms up first (reporting the first
+    call), and offers :meth:`track` (model and batch size: parameters, FLOPs, throughput),
+    :meth:`variants` (named callables measured interleaved, with speed-ups) and :meth:`record`
+    (any deterministic metric). What is measured is kept in ``metrics`` for the baselines.
+    """
+
+    @classmethod
+    def adopt(cls, fixture: Any, plan: Plan, batch_size: int | None) -> HpmlBenchmark:
+        """Take over pytest-benchmark's fixture object, sharing its state (pytest-benchmark
+        still finds a ``BenchmarkFixture`` whose stats and flags are the ones it made)."""
+        self = cls.__new__(cls)
+        _compat.share_state(self, fixture)
+        self._plan = plan
+        self._batch_size = batch_size
+        self._model = None
+        self._flops = False
+        self.metrics = {}
+        return self
+
+    def track(
+        self, *, model: Any = None, batch_size: int | None = None, flops: bool = True
+    ) -> HpmlBenchmark:
+        """Say what one call processes: adds parameters, FLOPs, throughput and FLOP/s."""
+        self._model = model
+        self._flops = flops
+        if batch_size is not None:
+            self._batch_size = batch_size
+        return self
+
+    def record(
+        self,
+        name: str,
+        value: float,
+        *,
+        unit: str = "",
+        tolerance: float = 0.0,
+        portable: bool = True,
+        higher_is_worse: bool = True,
+    ) -> None:
+        """Record a deterministic metric (graph breaks, bytes moved, ...) to compare with the
+        baseline exactly or within ``tolerance`` (relative)."""
+        self.metrics[name] = metrics.Count(
+            unit,
+            portable=portable,
+            value=value,
+            tolerance=tolerance,
+            higher_is_worse=higher_is_worse,
+        ).as_dict()
+
+    def cite(self, name: str, value: float, source: str) -> None:
+        """Show a published figure (a book's, a paper's) beside the metric ``name`` measured
+        here: reference data for the reader, never judged. Nothing to cite beside when timing is
+        off (``--benchmark-disable``, xdist)."""
+        if self.disabled:
+            return
+        if name not in self.metrics:
+            measured = ", ".join(self.metrics) or "none yet"
+            raise ValueError(f"cite() after measuring: no metric {name!r} (measured: {measured})")
+        self.metrics[name]["cited"] = {"value": value, "source": source}
+
+    def __call__(self, function_to_benchmark: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Benchmark ``function_to_benchmark(*args, **kwargs)``; returns its result."""
+        call = _bind(function_to_benchmark, args, kwargs)
+        self._claim("benchmark(...)")
+        if self.disabled:
+            return call()
+        compiled = DynamoCounters()
+        series, results = measure({"time": call}, replace(self._plan, after_warmup=compiled.mark))
+        self._feed(series["time"])
+        self.metrics["time"] = time_metric(series["time"])
+        self._describe(call, series["time"])
+        for name, value in compiled.metrics().items():
+            self.record(name, value)
+        return results["time"]
+
+    def variants(
+        self,
+        targets: dict[str, Callable[[], Any]],
+        *,
+        baseline: str | None = None,
+        tolerance: float | None = None,
+    ) -> dict[str, Series]:
+        """Measure named callables with their rounds interleaved; record each one's time and
+        the speed-up of each over ``baseline`` (default: the first) as paired-round ratios."""
+        if len(targets) < 2:
+            raise ValueError("variants() needs at least two named callables")
+        baseline = baseline or next(iter(targets))
+        if baseline not in targets:
+            raise ValueError(f"baseline {baseline!r} is not one of {', '.join(targets)}")
+        self._claim("variants(...)")
+        if self.disabled:  # --benchmark-disable, or xdist: run each once, measure nothing
+            return {
+                name: Series(name, first_call=_timed(self._plan, fn, 1)[0])
+                for name, fn in targets.items()
+            }
+        compiled = DynamoCounters()
+        series, _ = measure(targets, replace(self._plan, after_warmup=compiled.mark))
+        self._feed(series[baseline])
+        self.extra_info["hpml_variants"] = {n: s.median for n, s in series.items()}
+        base = series[baseline]
+        for name, s in series.items():
+            self.metrics[f"time[{name}]"] = time_metric(s)
+            if self._batch_size:
+                self.metrics[f"throughput[{name}]"] = rate_metric(s, self._batch_size, "samples/s")
+            if name != baseline:
+                ratios = [b / c for b, c in zip(base.samples, s.samples)]
+                ratio = metrics.Ratio("x", samples=ratios, tolerance=tolerance)
+                self.metrics[f"speedup[{name}/{baseline}]"] = ratio.as_dict()
+        for name, value in compiled.metrics().items():  # of all the variants together
+            self.record(name, value)
+        return series
+
+    def pedantic(
+        self,
+        target: Callable[..., Any],
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        setup: Callable[[], Any] | None = None,
+        teardown: Callable[..., Any] | None = None,
+        rounds: int = 1,
+        warmup_rounds: int = 0,
+        iterations: int = 1,
+    ) -> Any:
+        """pytest-benchmark's pedantic mode, its schedule kept as given; rounds end with the
+        device synchronized and, where a setup is allowed (iterations == 1), start after the
+        reference workload."""
+        if self.disabled:
+            return super().pedantic(
+                target, args, kwargs, setup, teardown, rounds, warmup_rounds, iterations
+            )
+        plan, clock = self._plan, _compat.timer(self)
+        references: list[float] = []
+        first: list[float] = []
+
+        def timer() -> float:
+            plan.sync()
+            return clock()
+
+        def timed_target(*a: Any, **k: Any) -> Any:
+            if first:
+                return target(*a, **k)
+            start = clock()
+            result = target(*a, **k)
+            plan.sync()
+            first.append(clock() - start)
+            return result
+
+        def setup_with_reference() -> Any:
+            references.append(plan.reference.time(clock))
+            return setup() if setup else None
+
+        use_reference = plan.reference is not None and iterations == 1
+        _compat.set_timer(self, timer)
+        result = super().pedantic(
+            timed_target,
+            args,
+            kwargs,
+            setup_with_reference if use_reference else setup,
+            teardown,
+            rounds,
+            warmup_rounds,
+            iterations,
+        )
+        samples = _compat.round_times(self)
+        series = Series("time", samples, references[-len(samples) :] if use_reference else [])
+        series.first_call, series.iterations = first[0], iterations
+        series.warmup_calls = warmup_rounds * iterations
+        self.metrics["time"] = time_metric(series)
+        self._describe(None, series)
+        return result
+
+    def settle(self) -> None:
+        """At teardown: a test that only recorded deterministic metrics has used the fixture,
+        which pytest-benchmark would otherwise call "not used at all"."""
+        if not _compat.mode(self) and self.metrics:
+            _compat.set_mode(self, "record(...)")
+
+    def _claim(self, mode: str) -> None:
+        """pytest-benchmark's rule: one measurement per test."""
+        used = _compat.mode(self)
+        if used:
+            self.has_error = True
+            raise _compat.fixture_already_used()(
+                f"Fixture can only be used once. Previously it was used in {used} mode."
+            )
+        _compat.set_mode(self, mode)
+
+    def _feed(self, series: Series) -> None:
+        """Hand the rounds to pytest-benchmark, so its table, JSON and compare see them."""
+        stats = _compat.make_stats(self, series.iterations)
+        for sample in series.samples:
+            stats.update(sample * series.iterations)
+        self.extra_info["hpml_first_call_s"] = series.first_call
+
+    def _describe(self, call: Callable[[], Any] | None, series: Series) -> None:
+        """Metrics besides time: throughput, parameters, FLOPs, FLOP/s and peak memory."""
+        if self._batch_size:
+            self.metrics["throughput"] = rate_metric(series, self._batch_size, "samples/s")
+        if self._model is not None:
+            params, size = model_size(self._model)
+            self.record("params", params)
+            self.record("param_bytes", size, unit="B")
+        if self._flops and call is not None:
+            flops = count_flops(call)
+            if flops:
+                self.record("flops", flops, unit="FLOP")
+                self.metrics["flop_rate"] = rate_metric(series, flops, "FLOP/s")
+            self._record_memory(call)
+
+    def _record_memory(self, call: Callable[[], Any]) -> None:
+        """Peak memory of one call: CUDA's allocator on a GPU (same GPU model and torch only),
+        else the tensors the call allocates, which is the same on any machine."""
+        device = self._plan.device
+        if getattr(device, "type", None) == "cuda":
+            peak = cuda_peak_memory(call, device, self._plan.sync)
+            self.record("peak_memory", peak, unit="B", tolerance=0.05, portable=False)
+        elif getattr(device, "type", "cpu") == "cpu":
+            peak = tracked_peak_memory(call)
+            if peak is not None:
+                self.record("peak_memory", peak, unit="B")
+
+
+def _bind(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Callable[[], Any]:
+    if not args and not kwargs:
+        return fn
+    return lambda: fn(*args, **kwargs)

@@ -1,0 +1,65 @@
+"""The ``benchmark`` fixture and what the plugin hands it.
+
+As pytest-benchmark's plugin builds its fixture with ``add_stats=`` and ``logger=``, this
+fixture is given its collaborators in a :class:`BenchSession` (in ``config.stash``): how long a
+test may measure here, and how to make the reference workload. It reaches no other layer; the
+verdict layer finds the measured fixture in the test's stash (:data:`BENCHMARK_KEY`).
+
+This module is light (registered at start-up); the measuring code is imported when a test
+first asks for ``benchmark``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pytest
+
+from .. import _compat
+from ..config import markers
+
+
+@dataclass(frozen=True)
+class BenchSession:
+    """The benchmark fixture's collaborators, set up by the plugin."""
+
+    budget: Callable[[str], float]  # seconds of rounds for a test id, in this process
+    reference: Callable[[Any, Callable[[], None]], Any]  # (device, sync) -> reference workload
+
+
+BENCH_SESSION_KEY = pytest.StashKey[BenchSession]()
+BENCHMARK_KEY = pytest.StashKey[Any]()  # the measured fixture of a test, for the verdicts
+PROPERTY = "hpml_benchmark"  # a benchmark's metrics and verdicts travel in reports as this
+
+
+@pytest.fixture
+def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """pytest-benchmark's ``benchmark``, measured by pytest-hpml and judged against baselines.
+
+    See :class:`~pytest_hpml.bench.benchmark.HpmlBenchmark`. Rounds end with the test's device
+    synchronized; with torch loaded, each round is preceded by the reference workload.
+    """
+    from .benchmark import HpmlBenchmark
+    from .measure import Plan, synchronizer
+
+    given = request.config.stash[BENCH_SESSION_KEY]
+    device = request.getfixturevalue("device") if "device" in request.fixturenames else None
+    sync = synchronizer(device)
+    _, batch_size = markers.bench_settings(request.node.get_closest_marker("hpml_bench"))
+    plan = Plan(
+        budget=given.budget(request.node.nodeid),
+        min_rounds=_compat.min_rounds(benchmark),
+        disable_gc=_compat.disable_gc(benchmark),
+        timer=_compat.timer(benchmark),
+        sync=sync,
+        device=device,
+        # A pure-Python benchmark need not pay for importing torch.
+        reference=given.reference(device, sync) if "torch" in sys.modules else None,
+    )
+    value = HpmlBenchmark.adopt(benchmark, plan, batch_size)
+    request.node.stash[BENCHMARK_KEY] = value
+    yield value
+    value.settle()  # before pytest-benchmark's own teardown, which this fixture depends on

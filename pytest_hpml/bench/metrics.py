@@ -1,0 +1,131 @@
+"""Metric records, typed, and the one registry of metric kinds.
+
+A benchmark gives metrics (``time``, ``throughput``, ``speedup[a/b]``, ``flops``...), each a
+record of one *kind*. The record is made here as a dataclass and travels as its plain-dict
+form (``as_dict``): in xdist reports, rerun files, JSON reports and baseline files. Whatever
+needs to know how a kind behaves (does it pool over processes, which way is better, where is
+it stored, how is it judged, is it plotted) asks :data:`KINDS`, never compares kind names.
+
+Adding a kind is one :class:`Kind` in :func:`register` plus a judge of that name in the
+verdict layer (:mod:`pytest_hpml.verdict.judge`), or a ``pytest_hpml_judge_metric`` hook.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+Record = dict[str, Any]  # a metric record in its plain-dict form
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How metrics of one kind behave."""
+
+    name: str
+    description: str
+    sampled: bool  # one sample per round; runs of several processes are pooled
+    higher_is_better: bool | None  # None: each record says (``higher_is_worse``)
+    portable: bool  # stored in the portable (machine-independent) baseline file by default
+    per_second: bool = False  # normalized by multiplying by the reference time (rates)
+    plotted: bool = False  # drawn in the HTML report's sample panels
+    judge: str = "samples"  # the name of the verdict layer's judge for this kind
+
+
+KINDS: dict[str, Kind] = {}
+
+
+def register(kind: Kind) -> Kind:
+    """Add a kind to the registry (a plugin may add its own); returns it."""
+    KINDS[kind.name] = kind
+    return kind
+
+
+TIME = register(
+    Kind("time", "seconds per call; samples with the reference time of their rounds",
+         sampled=True, higher_is_better=False, portable=False, plotted=True)
+)  # fmt: skip
+RATE = register(
+    Kind("rate", "per second (throughput, FLOP/s); samples", sampled=True,
+         higher_is_better=True, portable=False, per_second=True, plotted=True)
+)  # fmt: skip
+RATIO = register(
+    Kind("ratio", "a speed-up measured in one run as paired-round ratios", sampled=True,
+         higher_is_better=True, portable=False, judge="ratio")
+)  # fmt: skip
+COUNT = register(
+    Kind("count", "a deterministic value (FLOPs, parameters, graph breaks), exact or within "
+         "a tolerance", sampled=False, higher_is_better=None, portable=True, judge="count")
+)  # fmt: skip
+
+
+def kind_of(record: Mapping[str, Any]) -> Kind | None:
+    """The kind of a record, None for a kind this version does not know."""
+    return KINDS.get(str(record.get("kind")))
+
+
+def is_sampled(record: Mapping[str, Any]) -> bool:
+    kind = kind_of(record)
+    return kind is not None and kind.sampled
+
+
+def per_second(record: Mapping[str, Any]) -> bool:
+    kind = kind_of(record)
+    return kind is not None and kind.per_second
+
+
+def higher_is_worse(record: Mapping[str, Any]) -> bool:
+    kind = kind_of(record)
+    if kind is None or kind.higher_is_better is None:
+        return bool(record.get("higher_is_worse", True))
+    return not kind.higher_is_better
+
+
+@dataclass
+class Metric:
+    """Fields every record has. ``cited``: a published figure shown beside it, never judged."""
+
+    KIND: ClassVar[Kind]
+    unit: str
+    portable: bool | None = None  # None: the kind's default
+    cited: dict[str, Any] | None = None
+
+    def as_dict(self) -> Record:
+        data = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        data["portable"] = self.KIND.portable if self.portable is None else self.portable
+        return {"kind": self.KIND.name, **data}
+
+
+@dataclass
+class Sampled(Metric):
+    samples: list[float] = field(default_factory=list)
+    reference: list[float] = field(default_factory=list)  # reference time before each round
+
+
+@dataclass
+class Time(Sampled):
+    KIND: ClassVar[Kind] = TIME
+    first_call: float | None = None  # seconds, lazy work included
+    warmup_calls: int | None = None
+    iterations: int | None = None  # calls per round
+
+
+@dataclass
+class Rate(Sampled):
+    KIND: ClassVar[Kind] = RATE
+
+
+@dataclass
+class Ratio(Sampled):
+    KIND: ClassVar[Kind] = RATIO
+    tolerance: float | None = None  # the threshold for this speed-up, instead of the run's
+
+
+@dataclass
+class Count(Metric):
+    KIND: ClassVar[Kind] = COUNT
+    value: float = 0
+    tolerance: float = 0.0  # relative
+    higher_is_worse: bool = True

@@ -1,0 +1,152 @@
+"""The role this pytest process plays, answered in one place, and what it does in that role.
+
+A pytest-hpml run can be several processes: the one the user started (the *controller*),
+pytest-xdist workers, *reruns* that measure benchmarks again in fresh processes, and *ranks*
+of a distributed test (spawned by pytest-hpml, or pytest itself launched by torchrun, mpirun
+or srun). Every place that must behave differently asks :func:`role` (or the one predicate
+:func:`is_controller`), never the environment or ``config.workerinput`` itself.
+
+What the user chose stays in :class:`~pytest_hpml.config.options.Settings`; what this process
+does with it (the baseline mode in force here, its share of the measuring time, whether it
+writes reports) is its :class:`Duty`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .options import SETTINGS_KEY, Settings
+
+RERUN_ENV = "HPML_RERUN"  # path of the JSON that tells a rerun process what to do
+RANK_RESULT_ENV = "HPML_RANK_RESULT"  # a spawned rank writes its reports here
+RANK_BENCH_TIME_ENV = "HPML_RANK_BENCH_TIME"  # seconds of rounds per benchmark in a rank
+
+# (rank, world size, local rank) variables of each launcher, first match wins.
+LAUNCHERS = (
+    ("torchrun", ("RANK", "WORLD_SIZE", "LOCAL_RANK")),
+    ("mpirun", ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK")),
+    ("srun", ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")),
+)
+
+
+class Role(enum.Enum):
+    """What this process is in the run."""
+
+    CONTROLLER = "controller"  # started by the user (or rank 0 of a launch): reports
+    XDIST_WORKER = "xdist worker"  # runs tests; its controller reports
+    RERUN = "rerun"  # measures benchmarks again for the controller, reports nothing
+    RANK = "rank"  # one rank of a distributed test; rank 0 or the parent reports
+
+
+@dataclass(frozen=True)
+class Launch:
+    """This process's place among the ranks, when it is one."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    launcher: str  # torchrun, mpirun, srun, or pytest-hpml (a spawned rank)
+
+    @property
+    def spawned(self) -> bool:
+        return self.launcher == "pytest-hpml"
+
+
+def launch_from(environ: Mapping[str, str]) -> Launch | None:
+    """The launch this process belongs to, from its environment; None when it is no rank.
+
+    An ``srun`` or ``mpirun`` of a single task is no launch: pytest then spawns ranks itself.
+    """
+    for launcher, names in LAUNCHERS:
+        if all(environ.get(name, "").isdecimal() for name in names):
+            rank, size, local = (int(environ[name]) for name in names)
+            if size < 2 and launcher != "torchrun":
+                return None
+            if environ.get(RANK_RESULT_ENV):
+                launcher = "pytest-hpml"
+            return Launch(rank, size, local, launcher)
+    return None
+
+
+LAUNCH_KEY = pytest.StashKey["Launch | None"]()
+
+
+def launch(config: pytest.Config) -> Launch | None:
+    """This process's launch (read once per session), or None when it is no rank."""
+    if LAUNCH_KEY not in config.stash:
+        config.stash[LAUNCH_KEY] = launch_from(os.environ)
+    return config.stash[LAUNCH_KEY]
+
+
+def rerun_request() -> dict[str, Any] | None:
+    """In a rerun process, what the controller asked of it; None elsewhere."""
+    path = os.environ.get(RERUN_ENV)
+    if not path:
+        return None
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def role(config: pytest.Config) -> Role:
+    """The one answer to "what is this process?"."""
+    here = launch(config)
+    if here is not None and (here.spawned or here.rank != 0):
+        return Role.RANK
+    if hasattr(config, "workerinput"):
+        return Role.XDIST_WORKER
+    if os.environ.get(RERUN_ENV):
+        return Role.RERUN
+    return Role.CONTROLLER
+
+
+def is_controller(config: pytest.Config) -> bool:
+    """Whether this process prints the summary, records baselines and writes reports."""
+    return role(config) is Role.CONTROLLER
+
+
+@dataclass(frozen=True)
+class Duty:
+    """What this process does with the user's settings, given its role."""
+
+    baseline: str  # the baseline mode in force here: "off" in a rerun
+    processes: int  # processes a comparison is measured in (1 in reruns and ranks)
+    record_processes: int  # processes a baseline is recorded in (1 in reruns and ranks)
+    bench_time: float | None  # seconds of rounds per benchmark set by a parent, else None
+    reports: bool  # whether this process writes the --hpml-report* files
+
+
+def duty_of(chosen: Settings, config: pytest.Config) -> Duty:
+    """This process's duty: a controller does what the user chose; a rerun measures for as
+    long as asked and judges nothing; a rank measures in its own process only, and only the
+    reporting rank (launched rank 0) writes reports."""
+    here = launch(config)
+    if here is not None:
+        budget = os.environ.get(RANK_BENCH_TIME_ENV) if here.spawned else None
+        quiet = here.spawned or here.rank != 0
+        return Duty(chosen.baseline, 1, 1, float(budget) if budget else None, not quiet)
+    asked = rerun_request()
+    if asked is not None:
+        return Duty("off", 1, 1, float(asked["bench_time"]), False)
+    return Duty(chosen.baseline, chosen.processes, chosen.record_processes, None, True)
+
+
+DUTY_KEY = pytest.StashKey[Duty]()
+
+
+def settings(config: pytest.Config) -> Settings:
+    """The options as the user chose them."""
+    return config.stash[SETTINGS_KEY]
+
+
+def duty(config: pytest.Config) -> Duty:
+    """What this process does with them (see :func:`duty_of`)."""
+    if DUTY_KEY not in config.stash:
+        config.stash[DUTY_KEY] = duty_of(settings(config), config)
+    return config.stash[DUTY_KEY]

@@ -1,0 +1,3 @@
+"""Layer 2, hardware: the devices torch sees, GPU slices per xdist worker, the machine fingerprint.
+
+Imports only :mod:`pytest_hpml.config`."""

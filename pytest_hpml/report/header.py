@@ -1,0 +1,62 @@
+"""Lines pytest-hpml adds to the report header."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from ..config.options import Settings
+from ..config.role import settings
+from ..hardware.devices import devices, hardware
+
+
+def settings_line(settings: Settings) -> str:
+    """What this run selected, and the seed."""
+    return (
+        f"hpml: device={','.join(settings.devices)} precision={','.join(settings.precisions)} "
+        f"backend={','.join(settings.backends)} dist-backend={settings.dist_backend} "
+        f"workers={','.join(map(str, settings.workers))} seed={settings.seed}"
+    )
+
+
+def hardware_line(config: pytest.Config) -> str:
+    """The torch build, the devices it sees and the ones the tests will run on."""
+    return f"hpml: {hardware(config).describe()}; running on {', '.join(devices(config))}"
+
+
+def torch_imported() -> bool:
+    """Whether torch is loaded already, so describing the hardware costs nothing extra."""
+    return "torch" in sys.modules
+
+
+# Set once the hardware line was shown (it is shown once), and once hpml tests were collected.
+HARDWARE_SHOWN = pytest.StashKey[bool]()
+HPML_ITEMS = pytest.StashKey[bool]()
+
+
+def lines(config: pytest.Config) -> list[str]:
+    """The header: the selection and seed, the GPUs per xdist worker, and the hardware if
+    torch is loaded already (describing it then costs nothing extra)."""
+    from ..hardware.gpus import SCHEDULER_KEY
+
+    found = [settings_line(settings(config))]
+    scheduler = config.stash.get(SCHEDULER_KEY, None)
+    if scheduler is not None:
+        found.append(scheduler.header())
+    if torch_imported():
+        found.append(hardware_line(config))
+        config.stash[HARDWARE_SHOWN] = True
+    return found
+
+
+def hardware_checked(config: pytest.Config) -> None:
+    """hpml tests were collected and their hardware checked: the hardware line may be shown."""
+    config.stash[HPML_ITEMS] = True
+
+
+def after_collection(config: pytest.Config) -> list[str]:
+    """The hardware line, after collection, if hpml tests need it and it was not shown yet."""
+    if config.stash.get(HPML_ITEMS, False) and not config.stash.get(HARDWARE_SHOWN, False):
+        return [hardware_line(config)]
+    return []

@@ -1,0 +1,105 @@
+"""The end of a session with benchmarks: measure again, write the reports, record baselines,
+set the exit status, and the terminal summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..verdict import stats
+from ..verdict.session import Verdicts, commit, now
+from . import files, text
+
+
+def finish(session: pytest.Session, verdicts: Verdicts) -> None:
+    """Measure again in fresh processes, write the reports (before recording: they show what
+    the run was judged against), record baselines, and fail the session on a regression."""
+    if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        verdicts.measure_again()
+    write_reports(verdicts)
+    if verdicts.recording:
+        verdicts.written = verdicts.write()
+    if verdicts.failing and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def write_reports(verdicts: Verdicts) -> None:
+    """The JSON, Markdown and HTML reports that were asked for."""
+    if not verdicts.duty.reports:
+        return
+    chosen, root = verdicts.settings, verdicts.config.rootpath
+    writers = (
+        (chosen.report, files.write_json),
+        (chosen.report_md, files.write_markdown),
+        (chosen.report_html, files.write_html),
+    )
+    made = None
+    for path, write in writers:
+        if path:
+            made = made or document(verdicts)
+            write(Path(root, path), made)
+
+
+def document(verdicts: Verdicts) -> dict[str, Any]:
+    """The JSON report: fingerprint, commit, every metric and verdict."""
+    return {
+        "format": files.REPORT_FORMAT,
+        "created": now(),
+        "commit": commit(verdicts.config.rootpath),
+        "fingerprint": verdicts.fingerprint.as_dict(),
+        "baseline_mode": verdicts.duty.baseline,
+        "baseline_dir": str(verdicts.directory),
+        "results": verdicts.results,
+        "counts": text.counts(verdicts.results),
+        "errors": verdicts.errors,
+    }
+
+
+def terminal(reporter: Any, verdicts: Verdicts) -> None:
+    """Print the verdict table, then what regressed, improved or could not be read."""
+    results = verdicts.results
+    reporter.write_sep("=", "hpml benchmarks")
+    for line in text.table(results):
+        reporter.write_line(line)
+    cited = text.citations(results)
+    if cited:
+        reporter.write_line("hpml: published figures beside ours:")
+        for line in cited:
+            reporter.write_line(f"  {line}")
+    summary = ", ".join(f"{n} {v}" for v, n in text.counts(results).items())
+    reporter.write_line(
+        f"hpml: {summary or 'no metrics'}; baselines: {verdicts.directory} "
+        f"({verdicts.duty.baseline})"
+    )
+    for test, name, v in verdicts.regressed:
+        line = f"hpml: REGRESSED {test} {name}: {text.describe(v, verdicts.unit(test, name))}"
+        reporter.write_line(line, red=True)
+    improved = sorted({r["test"] for r in results if _has(r, stats.IMPROVED)})
+    if improved:
+        reporter.write_line(
+            "hpml: improved; refresh their baselines with: pytest --hpml-baseline=update "
+            + " ".join(improved)
+        )
+    _processes(reporter, verdicts)
+    for path in verdicts.written:
+        reporter.write_line(f"hpml: baselines recorded in {path}")
+    for error in verdicts.errors:
+        reporter.write_line(f"hpml: ERROR {error}", red=True)
+
+
+def _processes(reporter: Any, verdicts: Verdicts) -> None:
+    found = verdicts.reruns
+    if found is None:
+        return
+    reporter.write_line(
+        f"hpml: {len(found.runs)} benchmark(s) measured in {verdicts.process_count} processes "
+        f"(the others took {found.seconds:.1f} s)"
+    )
+    for note in found.notes:
+        reporter.write_line(f"hpml: {note}; judged on fewer processes", yellow=True)
+
+
+def _has(result: dict[str, Any], verdict: str) -> bool:
+    return any(v["verdict"] == verdict for v in result["verdicts"].values())

@@ -1,0 +1,188 @@
+"""The verdict on one metric against its baseline, by the judge its kind names.
+
+Sampled metrics (time, rate, ratio) are judged on their samples pooled over processes, in
+units of the reference workload where that steadies them (Note [Reference workload]); counts
+exactly or within their tolerance. A plugin can judge a metric its own way through the
+``pytest_hpml_judge_metric`` hook.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..bench import metrics
+from . import stats
+
+
+def runs(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The process runs of a sampled metric: its own, those of the other processes of its
+    session (``processes``) and, for a stored one, those kept by append (``earlier``)."""
+    return [record, *record.get("processes", ()), *record.get("earlier", ())]
+
+
+def pooled(process_runs: Sequence[Mapping[str, Any]], key: str = "samples") -> list[float]:
+    """One field (samples, reference) of several process runs, together."""
+    return [s for run in process_runs for s in run[key]]
+
+
+# Fewer process runs than this cannot show whether the reference steadies a benchmark.
+PROCESSES_TO_CALIBRATE = 3
+
+
+def _spread(values: Sequence[float]) -> float:
+    """How far per-process medians stray from their median: the median |log(m / median)|."""
+    center = stats.median(values)
+    return stats.median([abs(math.log(v / center)) for v in values])
+
+
+def steadiness(
+    process_runs: Sequence[Mapping[str, Any]], per_second: bool = False
+) -> tuple[float, float] | None:
+    """The spread of the per-process medians of these runs in reference units and raw; None
+    when there are too few runs to tell, or a run without the reference."""
+    if len(process_runs) < PROCESSES_TO_CALIBRATE or not all(
+        run.get("reference") and run.get("samples") for run in process_runs
+    ):
+        return None
+    raw = [stats.median(run["samples"]) for run in process_runs]
+    units = [
+        stats.median(stats.normalize(run["samples"], run["reference"], per_second))
+        for run in process_runs
+    ]
+    if min(raw + units) <= 0:
+        return None
+    return _spread(units), _spread(raw)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """The samples a verdict compares, one list per process run: in units of the reference
+    workload, or raw (``units`` False), and then ``why_raw`` when the reference was timed but
+    not used."""
+
+    current: list[list[float]]
+    stored: list[list[float]]
+    units: bool = True
+    why_raw: str = ""
+
+    def pooled(self) -> tuple[list[float], list[float]]:
+        return [s for run in self.current for s in run], [s for run in self.stored for s in run]
+
+    def process_medians(self) -> tuple[list[float], list[float]]:
+        return [stats.median(r) for r in self.current if r], [
+            stats.median(r) for r in self.stored if r
+        ]
+
+
+def judged(
+    current: Sequence[Mapping[str, Any]],
+    stored: Sequence[Mapping[str, Any]],
+    per_second: bool = False,
+) -> Judged:
+    """What a verdict compares: the current and stored process runs' samples.
+
+    Reference units where both sides timed the reference workload and it made the stored
+    baseline's processes steadier (or where fewer than :data:`PROCESSES_TO_CALIBRATE` stored
+    runs cannot tell). It does for most benchmarks, but not for all: on the 2-core
+    VM the per-process medians of some two-thread convolution steps spread 1-2% raw and 7-9% in
+    reference units (a two-thread reference lands on the cores differently in each process).
+    The choice rests on the baseline alone, so the run being judged cannot tilt it.
+    """
+
+    def raw(why: str = "") -> Judged:
+        samples = [list(r["samples"]) for r in current], [list(r["samples"]) for r in stored]
+        return Judged(*samples, units=False, why_raw=why)
+
+    if not all(r.get("reference") for r in [*current, *stored]):
+        return raw()  # e.g. pure-Python benchmarks: torch was never loaded
+    spreads = steadiness(stored, per_second)
+    if spreads is not None and spreads[0] > spreads[1]:
+        return raw(
+            f"judged raw: the reference workload did not steady this benchmark (the "
+            f"baseline's processes spread {spreads[0]:.1%} in reference units, "
+            f"{spreads[1]:.1%} raw)"
+        )
+
+    def units(runs_: Sequence[Mapping[str, Any]]) -> list[list[float]]:
+        return [stats.normalize(r["samples"], r["reference"], per_second) for r in runs_]
+
+    return Judged(units(current), units(stored))
+
+
+def judge_metric(
+    record: dict[str, Any], base: dict[str, Any] | None, threshold: float
+) -> stats.Comparison:
+    """Compare one metric with its baseline by the judge of its kind."""
+    kind = metrics.kind_of(record)
+    if kind is None:
+        reason = f"unknown metric kind {record.get('kind')!r}: not judged"
+        return stats.Comparison(stats.INCONCLUSIVE, reason=reason)
+    return JUDGES[kind.judge](record, base, threshold)
+
+
+def judge_count(
+    record: Mapping[str, Any], base: Mapping[str, Any] | None, threshold: float
+) -> stats.Comparison:
+    """A deterministic value: exact, or within the record's own tolerance."""
+    return stats.compare_value(
+        record["value"],
+        None if base is None else base.get("value"),
+        tolerance=record.get("tolerance") or 0.0,
+        higher_is_worse=metrics.higher_is_worse(record),
+    )
+
+
+def judge_ratio(
+    record: Mapping[str, Any], base: Mapping[str, Any] | None, threshold: float
+) -> stats.Comparison:
+    """A speed-up measured in one run: its paired-round ratios, raw (the reference cancels
+    out of a ratio), at the record's tolerance if it has one."""
+    current, stored = runs(record), [] if base is None else runs(base)
+    if not any(r.get("samples") for r in stored):
+        return stats.Comparison(stats.NO_BASELINE, current=_median(pooled(current)))
+    samples = Judged([r["samples"] for r in current], [r["samples"] for r in stored])
+    return stats.compare_samples(
+        *samples.pooled(),
+        threshold=record.get("tolerance") or threshold,
+        higher_is_worse=metrics.higher_is_worse(record),
+        processes=samples.process_medians(),
+    )
+
+
+def judge_samples(
+    record: Mapping[str, Any], base: Mapping[str, Any] | None, threshold: float
+) -> stats.Comparison:
+    """Times and rates: in reference units where that steadies them, else raw."""
+    current, stored = runs(record), [] if base is None else runs(base)
+    if not any(r.get("samples") for r in stored):  # nothing stored, or a record without samples
+        return stats.Comparison(stats.NO_BASELINE, current=_median(pooled(current)))
+    samples = judged(current, stored, metrics.per_second(record))
+    result = stats.compare_samples(
+        *samples.pooled(),
+        threshold=threshold,
+        higher_is_worse=metrics.higher_is_worse(record),
+        processes=samples.process_medians(),
+    )
+    # The raw medians are what people recognize, whatever was judged.
+    raw_base = stats.median(pooled(stored))
+    raw_current = _median(pooled(current))
+    if not samples.units:
+        reason = "; ".join(r for r in (result.reason, samples.why_raw) if r)
+        return dataclasses.replace(result, baseline=raw_base, current=raw_current, reason=reason)
+    raw_change = None if raw_current is None or raw_base <= 0 else raw_current / raw_base - 1
+    return dataclasses.replace(
+        result, baseline=raw_base, current=raw_current, raw_change=raw_change
+    )
+
+
+def _median(values: list[float]) -> float | None:
+    return stats.median(values) if values else None
+
+
+Judge = Callable[[Mapping[str, Any], "Mapping[str, Any] | None", float], stats.Comparison]
+# The judge each metric kind names (bench.metrics.Kind.judge).
+JUDGES: dict[str, Judge] = {"samples": judge_samples, "ratio": judge_ratio, "count": judge_count}

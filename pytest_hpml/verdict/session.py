@@ -1,0 +1,262 @@
+"""The session's verdicts: what every benchmark measured, judged against its stored baseline,
+and the baselines this run records.
+
+Verdicts are reached where a test ran (an xdist worker, or the only process) and travel in the
+test report (``user_properties``), so the controller sees every one of them; it alone measures
+benchmarks again in fresh processes, records baselines and writes reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import subprocess
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..bench import reruns
+from ..bench.fixture import BENCHMARK_KEY
+from ..bench.metrics import is_sampled
+from ..config import markers
+from ..config.options import Settings
+from ..config.role import Duty, duty, is_controller, settings
+from ..hardware import fingerprint
+from . import baselines, stats
+from .judge import runs
+
+MAX_STORED_SAMPLES = 400
+EARLIER_RUNS = 6  # process runs kept besides the latest run's by --hpml-baseline=append
+RUN_FIELDS = ("samples", "reference", "recorded", "commit")
+
+
+class Verdicts:
+    """The session's baselines: where they are, what they say, and what this run found."""
+
+    def __init__(self, config: pytest.Config, chosen: Settings, duty: Duty) -> None:
+        self.config = config
+        self.settings = chosen
+        self.duty = duty
+        self.directory = Path(config.rootpath, chosen.baseline_dir)
+        self.results: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self._files: dict[Path, dict[str, Any] | None] = {}
+        self.written: list[Path] = []
+        self.reruns: reruns.Reruns | None = None
+        self.process_count = 1
+
+    @cached_property
+    def fingerprint(self) -> fingerprint.Fingerprint:
+        found = self.config.hook.pytest_hpml_fingerprint(config=self.config)
+        return found.with_name(self.settings.machine) if self.settings.machine else found
+
+    def path_for(self, record: dict[str, Any]) -> Path:
+        if record.get("portable"):
+            return baselines.portable_path(self.directory, self.fingerprint)
+        return baselines.machine_path(self.directory, self.fingerprint)
+
+    def stored(self, test: str, name: str, record: dict[str, Any]) -> dict[str, Any] | None:
+        """The baseline of one metric, or None; an unreadable file is reported once."""
+        return self._entries(self.path_for(record)).get(test, {}).get(name)
+
+    def _entries(self, path: Path) -> dict[str, Any]:
+        if path not in self._files:
+            try:
+                self._files[path] = baselines.load(path)
+            except baselines.BaselineError as exc:
+                self._files[path] = None
+                self.errors.append(str(exc))
+        data = self._files[path]
+        return {} if data is None else data["entries"]
+
+    def processes_for(self, test: str) -> int:
+        """How many processes measure ``test``: --hpml-record-processes when recording,
+        --hpml-processes when comparing with a stored time baseline, else one (nothing to be
+        precise against)."""
+        mode, count = self.duty.baseline, self.duty.processes
+        if mode == "off":
+            return 1
+        if mode in ("update", "append"):
+            return self.duty.record_processes
+        if count == 1:
+            return 1
+        stored = self._entries(baselines.machine_path(self.directory, self.fingerprint))
+        return count if stored.get(test) else 1
+
+    def budget(self, test: str) -> float:
+        """Seconds of rounds for ``test`` in this process: what a parent process set; else all
+        of --hpml-bench-time when it is measured here alone; else the share of one of a
+        comparison's processes, which a recording process gets too."""
+        if self.duty.bench_time is not None:
+            return self.duty.bench_time
+        if self.processes_for(test) == 1:
+            return self.settings.bench_time
+        return self.settings.bench_time / self.settings.processes
+
+    def measure_again(self) -> None:
+        """Measure the sampled benchmarks in the other processes and judge the pooled runs."""
+        counts = {r["test"]: self.processes_for(r["test"]) for r in self.results if _sampled(r)}
+        tests = [test for test, count in counts.items() if count > 1]
+        if not tests:
+            return
+        self.process_count = max(counts[test] for test in tests)
+        share = self.settings.bench_time / self.settings.processes
+        self.reruns = reruns.measure_again(self.config, tests, self.process_count - 1, share)
+        pooled_tests = set(reruns.pool(self.results, self.reruns))
+        for result in self.results:
+            if result["test"] in pooled_tests:
+                result["verdicts"] = self.judge(
+                    result["test"], result["metrics"], result["threshold"]
+                )
+
+    def judge(self, test: str, metrics: dict[str, Any], threshold: float) -> dict[str, Any]:
+        """Verdicts for every metric of one test (all ``no-baseline`` when mode is off)."""
+        verdicts = {}
+        for name, record in metrics.items():
+            base = None if self.duty.baseline == "off" else self.stored(test, name, record)
+            comparison = self.config.hook.pytest_hpml_judge_metric(
+                config=self.config,
+                test=test,
+                name=name,
+                record=record,
+                baseline=base,
+                threshold=threshold,
+            )
+            verdicts[name] = dataclasses.asdict(comparison)
+        return verdicts
+
+    def payload(self, item: pytest.Item) -> dict[str, Any] | None:
+        """What travels in a passed benchmark's report: metrics, threshold, verdicts, new
+        errors; None for a test that measured nothing."""
+        bench = item.stash.get(BENCHMARK_KEY, None)
+        if bench is None or not bench.metrics:
+            return None
+        threshold, _ = markers.bench_settings(item.get_closest_marker("hpml_bench"))
+        threshold = threshold or self.settings.threshold
+        known = len(self.errors)
+        verdicts = self.judge(item.nodeid, bench.metrics, threshold)
+        return {
+            "test": item.nodeid,
+            "threshold": threshold,
+            "metrics": bench.metrics,
+            "verdicts": verdicts,
+            "errors": self.errors[known:],
+        }
+
+    def collect(self, payload: dict[str, Any]) -> None:
+        self.results.append(payload)
+        self.errors.extend(e for e in payload.get("errors", ()) if e not in self.errors)
+
+    @property
+    def regressed(self) -> list[tuple[str, str, dict[str, Any]]]:
+        return [
+            (r["test"], name, v)
+            for r in self.results
+            for name, v in r["verdicts"].items()
+            if v["verdict"] == stats.REGRESSED
+        ]
+
+    @property
+    def recording(self) -> bool:
+        return self.duty.baseline in ("update", "append")
+
+    @property
+    def failing(self) -> bool:
+        """A regression fails only a comparing run; an unreadable or unwritable file any."""
+        return bool(self.errors) or (self.duty.baseline == "compare" and bool(self.regressed))
+
+    def write(self) -> list[Path]:
+        """Merge this run's metrics into the baseline files (update or append mode)."""
+        updates: dict[Path, dict[str, dict[str, Any]]] = {}
+        stamp = {"recorded": now(), "commit": commit(self.config.rootpath)}
+        for result in self.results:
+            for name, record in result["metrics"].items():
+                entry = updates.setdefault(self.path_for(record), {}).setdefault(result["test"], {})
+                entry[name] = {**compact(record), **stamp}
+        written = []
+        for path, entries in sorted(updates.items()):
+            header = (
+                {"torch": self.fingerprint.torch_minor}
+                if path.name.startswith("portable-")
+                else {"fingerprint": self.fingerprint.as_dict()}
+            )
+            try:
+                baselines.merge(
+                    path, entries, header, append if self.duty.baseline == "append" else None
+                )
+            except baselines.BaselineError as exc:
+                self.errors.append(f"{exc} (not overwritten)")
+            else:
+                written.append(path)
+        return written
+
+    def unit(self, test: str, name: str) -> str:
+        return next(r["metrics"][name]["unit"] for r in self.results if r["test"] == test)
+
+
+def append(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """Keep earlier runs of a sampled metric beside the new one (a baseline pooled over
+    processes is steadier than one process's); deterministic values are replaced."""
+    if old is None or "samples" not in new or old.get("kind") != new.get("kind"):
+        return new
+    stamp = {k: old[k] for k in ("recorded", "commit") if k in old}
+    earlier = [{**stamp, **{k: run[k] for k in RUN_FIELDS if k in run}} for run in runs(old)]
+    return {**new, "earlier": earlier[:EARLIER_RUNS]}
+
+
+def _sampled(result: dict[str, Any]) -> bool:
+    return any(is_sampled(m) for m in result["metrics"].values())
+
+
+def compact(record: dict[str, Any]) -> dict[str, Any]:
+    """What is stored: samples thinned evenly to at most MAX_STORED_SAMPLES a process run,
+    5 digits each."""
+    out = dict(record)
+    if "processes" in out:
+        out["processes"] = [compact(run) for run in out["processes"]]
+    for key in ("samples", "reference"):
+        values = out.get(key)
+        if values:
+            step = max(1, -(-len(values) // MAX_STORED_SAMPLES))
+            out[key] = [float(f"{v:.5g}") for v in values[::step]]
+    return out
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def commit(root: Path) -> str | None:
+    """The checked-out commit, if ``root`` is in a git repository."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+VERDICTS_KEY = pytest.StashKey[Verdicts]()
+
+
+def verdicts(config: pytest.Config) -> Verdicts:
+    """The session's :class:`Verdicts`, made when a benchmark first needs it."""
+    if VERDICTS_KEY not in config.stash:
+        config.stash[VERDICTS_KEY] = Verdicts(config, settings(config), duty(config))
+    return config.stash[VERDICTS_KEY]
+
+
+def reported(config: pytest.Config) -> Verdicts | None:
+    """The verdicts where this process reports them: in the controller, once a benchmark gave
+    metrics or a baseline file could not be read; None elsewhere."""
+    found = config.stash.get(VERDICTS_KEY, None)
+    if found is None or not is_controller(config) or not (found.results or found.errors):
+        return None
+    return found

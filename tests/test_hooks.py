@@ -1,0 +1,68 @@
+"""The ``pytest_hpml_*`` extension points: a team's conftest replaces pytest-hpml's answer."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.conftest import count_tests
+
+if TYPE_CHECKING:
+    from tests.conftest import Project
+
+
+def test_a_judge_hook_decides_the_verdict_of_a_metric(project: Project) -> None:
+    project.write_tests(count_tests(1))
+    project.bench("--hpml-baseline=update")
+    project.pytester.makeconftest(
+        "from pytest_hpml.verdict.stats import REGRESSED, Comparison\n\n\n"
+        "def pytest_hpml_judge_metric(name, record, baseline):\n"
+        "    if name == 'n':\n"
+        "        return Comparison(REGRESSED, baseline['value'], record['value'],"
+        " reason='team rule')\n"
+    )
+    result = project.bench()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert project.verdicts(result) == {("test_inner.py::test_0", "n"): "regressed"}
+
+
+def test_without_a_judge_hook_the_same_count_passes(project: Project) -> None:
+    project.write_tests(count_tests(1))
+    project.bench("--hpml-baseline=update")
+    result = project.bench()
+    assert result.ret == pytest.ExitCode.OK
+    assert project.verdicts(result) == {("test_inner.py::test_0", "n"): "pass"}
+
+
+def test_a_fingerprint_hook_keys_the_time_baselines(project: Project) -> None:
+    project.pytester.makeconftest(
+        "import dataclasses\n\n"
+        "from pytest_hpml.hardware.devices import hardware\n"
+        "from pytest_hpml.hardware.fingerprint import current\n\n\n"
+        "def pytest_hpml_fingerprint(config):\n"
+        "    return dataclasses.replace(current(hardware(config)), cpu='runner class A')\n"
+    )
+    project.write_tests(count_tests(1, portable=False, timed=True))
+    assert project.bench("--hpml-baseline=update").ret == pytest.ExitCode.OK
+    machine = project.baseline_files()["machine"]
+    assert machine.name.startswith("machine-runner-class-a-")
+    assert json.loads(machine.read_text())["fingerprint"]["cpu"] == "runner class A"
+
+
+def test_a_reference_hook_replaces_the_reference_workload(project: Project) -> None:
+    project.pytester.makeconftest(
+        "class Fixed:\n"
+        "    repeat = 1\n\n"
+        "    def time(self, timer):\n"
+        "        return 0.25\n\n\n"
+        "def pytest_hpml_reference_workload(device, sync):\n"
+        "    return Fixed()\n"
+    )
+    project.write_tests("import torch  # noqa: F401\n" + count_tests(1, timed=True))
+    project.bench("--hpml-baseline=off", "--hpml-report=r.json")
+    [result] = json.loads((project.path / "r.json").read_text())["results"]
+    reference = result["metrics"]["time"]["reference"]
+    assert reference
+    assert set(reference) == {0.25}

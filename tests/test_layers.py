@@ -1,0 +1,155 @@
+"""The package's layers: imports point one way, config -> hardware -> fixtures/dist/bench ->
+verdict -> report, and no module imports itself back through others.
+
+Read from the source (every ``import`` statement, those inside functions and under
+``TYPE_CHECKING`` included: a lazy import is still a dependency), so that a cycle hidden by an
+import placed in a function is found too.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import pytest_hpml
+
+PACKAGE = Path(pytest_hpml.__file__).parent
+
+# The rank of each top-level part of the package; a module may import only parts of lower
+# rank, or modules of its own part. Parts of one rank do not import each other.
+LAYERS = {
+    "_compat": 0,  # private APIs of pytest, pytest-benchmark, torch
+    "hookspecs": 0,
+    "logs": 0,
+    "config": 1,
+    "hardware": 2,
+    "fixtures": 3,
+    "dist": 3,
+    "bench": 3,
+    "verdict": 4,
+    "helpers": 4,
+    "report": 5,
+    "plugin": 6,
+    "__init__": 6,
+    "__main__": 6,
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported(path: Path, name: str) -> Iterator[str]:
+    """The pytest_hpml modules ``path`` (module ``name``) imports, wherever the import is."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.startswith("pytest_hpml"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                origin = ".".join([*base, node.module] if node.module else base)
+            else:
+                origin = node.module or ""
+            if not origin.startswith("pytest_hpml"):
+                continue
+            known = modules()
+            for alias in node.names:
+                candidate = f"{origin}.{alias.name}"
+                yield candidate if candidate in known else origin
+
+
+def part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def graph() -> dict[str, set[str]]:
+    found = modules()
+    return {
+        name: {m for m in imported(path, name) if m != name and m in found}
+        for name, path in found.items()
+    }
+
+
+def test_every_part_of_the_package_has_a_layer() -> None:
+    parts = {part(m) for m in modules()}
+    assert parts - set(LAYERS) == set()
+
+
+def test_imports_point_down_the_layers() -> None:
+    upward = [
+        f"{name} imports {target}"
+        for name, targets in graph().items()
+        for target in sorted(targets)
+        if part(target) != part(name)
+        and LAYERS[part(target)] >= LAYERS[part(name)]
+        and part(target) != "__init__"
+    ]
+    assert upward == []
+
+
+def test_no_module_imports_itself_back() -> None:
+    edges = graph()
+    cycles = []
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for target in sorted(edges[node]):
+            if state.get(target) == "open":
+                cycles.append(" -> ".join([*path[path.index(target) :], target]))
+            elif target not in state:
+                visit(target, [*path, target])
+        state[node] = "done"
+
+    for name in sorted(edges):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("from ..verdict import stats\n", "imports pytest_hpml.verdict.stats"),
+        ("from pytest_hpml.report.text import fmt\n", "imports pytest_hpml.report.text"),
+    ],
+)
+def test_the_layer_check_finds_an_upward_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, expected: str
+) -> None:
+    """The checks can fail: an upward import planted in a copy of the package is found."""
+    import shutil
+
+    copy = tmp_path / "pytest_hpml"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    planted = copy / "bench" / "measure.py"
+    planted.write_text(planted.read_text(encoding="utf-8") + "\n" + source, encoding="utf-8")
+    monkeypatch.setattr(f"{__name__}.PACKAGE", copy)
+    with pytest.raises(AssertionError, match=expected):
+        test_imports_point_down_the_layers()
+
+
+def test_the_cycle_check_finds_a_lazy_cycle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    copy = tmp_path / "pytest_hpml"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    planted = copy / "bench" / "metrics.py"
+    text = planted.read_text(encoding="utf-8")
+    planted.write_text(text + "\n\ndef _late():\n    from . import reruns\n", encoding="utf-8")
+    monkeypatch.setattr(f"{__name__}.PACKAGE", copy)
+    with pytest.raises(AssertionError, match=r"metrics -> pytest_hpml.bench.reruns"):
+        test_no_module_imports_itself_back()
