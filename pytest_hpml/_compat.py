@@ -9,7 +9,7 @@ imported by the functions that need them.
 
 from __future__ import annotations
 
-import importlib.metadata
+import functools
 from typing import Any, Callable
 
 import pytest
@@ -25,6 +25,8 @@ class UnsupportedVersion(pytest.UsageError):
 
 
 def _version(distribution: str) -> str:
+    import importlib.metadata  # only when a version must be named
+
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
@@ -56,9 +58,11 @@ def _require(obj: Any, name: str, distribution: str, supported: Any) -> Any:
         ) from None
 
 
-def check_pytest_benchmark() -> None:
-    """Stop with a usage error when the installed pytest-benchmark is outside the tested range."""
-    found = _version("pytest-benchmark")
+@functools.cache
+def check_pytest_benchmark(found: str | None = None) -> None:
+    """Stop with a usage error when the installed pytest-benchmark (or ``found``) is outside
+    the tested range. Checked once, when a test first asks for ``benchmark``."""
+    found = found or _version("pytest-benchmark")
     low, high = PYTEST_BENCHMARK
     if found != "?" and not low <= _numbers(found) < high:
         raise UnsupportedVersion(

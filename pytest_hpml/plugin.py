@@ -8,6 +8,7 @@ hook that has work for it (Note [Start-up cost] in docs/notes.md). torch is neve
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Generator
 from typing import Any
 
@@ -63,11 +64,15 @@ def pytest_configure(config: pytest.Config) -> None:
         from .dist.distributed import Rank
 
         config.pluginmanager.register(Rank(config, role.launch(config)), "hpml-rank")
-    if config.pluginmanager.hasplugin("xdist"):
+    if role.role(config) is role.Role.XDIST_WORKER or getattr(config.option, "numprocesses", 0):
         from .hardware import gpus
 
         gpus.take_slice(config)  # an xdist worker sees only its GPUs, before CUDA starts here
-        config.stash[gpus.SCHEDULER_KEY] = gpus.schedule(config)
+        gpus.schedule(config)
+        if gpus.share(config) is not None:
+            from .dist.distributed import SharedGpus
+
+            config.pluginmanager.register(SharedGpus(budget), "hpml-gpu-share")
     if chosen.report_html:
         from .report.html import check_html
 
@@ -114,29 +119,16 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
-    """Run a distributed test in ranks of its own (or a test needing more GPUs than this xdist
-    worker has, on leased GPUs) and report it as one test."""
-    from .hardware import gpus
-
-    if item.get_closest_marker("distributed") is None and gpus.share(item.config) is None:
+    """Run a distributed test in ranks of its own and report it as one test (in an xdist
+    worker holding GPUs, its ``SharedGpus`` plugin does this)."""
+    if item.get_closest_marker("distributed") is None:
+        return None
+    if item.config.pluginmanager.has_plugin("hpml-gpu-share"):
         return None
     from .dist.distributed import spawn_protocol
     from .verdict.session import verdicts
 
     return spawn_protocol(item, nextitem, budget=verdicts(item.config).budget)
-
-
-@pytest.hookimpl(wrapper=True, specname="pytest_runtest_protocol")
-def hold_gpus(item: pytest.Item) -> Generator[None, object, object]:
-    """Hold this xdist worker's GPUs while a test that uses them runs."""
-    from .hardware import gpus
-
-    if gpus.share(item.config) is None:
-        return (yield)
-    from .dist.distributed import gpus_held
-
-    with gpus_held(item):
-        return (yield)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -221,9 +213,9 @@ class Collector:
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Measure again, write reports, record baselines, fail the session on a regression."""
-        from .verdict.session import reported
-
-        found = reported(self.config)
+        # The verdict layer is imported by the first benchmark: before that, nothing to report.
+        judged = sys.modules.get("pytest_hpml.verdict.session")
+        found = None if judged is None else judged.reported(self.config)
         if found is not None:
             from .report.summary import finish
 
@@ -232,9 +224,8 @@ class Collector:
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """Print the verdict table, then what regressed, improved or could not be read."""
-        from .verdict.session import reported
-
-        found = reported(self.config)
+        judged = sys.modules.get("pytest_hpml.verdict.session")
+        found = None if judged is None else judged.reported(self.config)
         if found is not None:
             from .report.summary import terminal
 

@@ -68,7 +68,8 @@ class Counts:
 
         # An explicit break is counted under graph_break, a data-dependent branch under
         # unimplemented, a break inside an inlined call under both (so the sum may exceed the
-        # breaks: the tests only tell none from some). pytest-hpml sums the two as well.
+        # breaks: the tests only tell none from some). pytest-hpml takes the larger of the two
+        # increases instead (Note [Graph breaks]): it records exact counts.
         breaks = sum(counters["graph_break"].values()) + sum(counters["unimplemented"].values())
         return cls(counters["stats"]["unique_graphs"], breaks)
 

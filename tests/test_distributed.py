@@ -64,15 +64,16 @@ def _ranks_left(marker: str) -> list[int]:
     return alive
 
 
-def _fails_alone(project: Project, source: str) -> tuple[str, float]:
+def _fails_alone(project: Project, source: str) -> str:
     """Run ``source`` (one failing distributed test) with a plain test after it: the failing
-    test fails, the plain one still passes. Returns the output and the seconds it took."""
+    test fails, the plain one still passes. Returns the output.
+
+    Whether a failure ended the test promptly is read from why the other rank was stopped, not
+    from a wall time: a busy machine may take any time."""
     _project(project, source + "\n\ndef test_after():\n    pass\n")
-    start = time.monotonic()
     result = project.run_subprocess()
-    elapsed = time.monotonic() - start
     result.assert_outcomes(passed=1, failed=1)
-    return result.stdout.str(), elapsed
+    return result.stdout.str()
 
 
 def test_each_rank_runs_the_test_with_the_process_group_up(project: Project) -> None:
@@ -90,7 +91,7 @@ def test_each_rank_runs_the_test_with_the_process_group_up(project: Project) -> 
 
 
 def test_a_rank_that_raises_fails_the_test_promptly_with_its_traceback(project: Project) -> None:
-    out, elapsed = _fails_alone(
+    out = _fails_alone(
         project,
         """
 import pytest
@@ -107,11 +108,12 @@ def test_rank1_raises(rank):
     assert "rank 1 failed" in out
     assert "ValueError: boom from rank 1" in out
     assert 'raise ValueError("boom from rank 1")' in out  # the full traceback, source shown
-    assert elapsed < 60, f"took {elapsed:.0f} s, the timeout is 120 s"
+    # rank 0, waiting in the barrier, failed or was stopped with rank 1, not at the timeout
+    assert "timed out" not in out
 
 
 def test_a_rank_that_hangs_fails_at_the_timeout_with_its_stack(project: Project) -> None:
-    out, elapsed = _fails_alone(
+    out = _fails_alone(
         project,
         """
 import time
@@ -133,7 +135,6 @@ def test_rank0_hangs(rank):
     )
     assert "rank 0 did not finish call: timed out after 8 s" in out
     assert "in wait_forever" in out  # rank 0's stack, from faulthandler
-    assert elapsed < 8 + 45
     assert _ranks_left(str(project.path)) == []
 
 
@@ -149,7 +150,7 @@ def test_rank0_hangs(rank):
 def test_a_rank_that_dies_fails_the_test_with_its_exit(
     project: Project, death: str, said: str
 ) -> None:
-    out, elapsed = _fails_alone(
+    out = _fails_alone(
         project,
         f"""
 import ctypes
@@ -169,7 +170,7 @@ def test_rank1_dies(rank):
     )
     assert "rank 1 did not finish call" in out
     assert said in out
-    assert elapsed < 60
+    assert "timed out" not in out  # ended by rank 1's death, not by the timeout
     assert _ranks_left(str(project.path)) == []
 
 

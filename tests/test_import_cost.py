@@ -66,3 +66,37 @@ def test_run_of_a_project_without_torch_never_imports_it(project: Project, tests
     project.write_tests(tests)
     project.run_subprocess("--hpml-run-slow").assert_outcomes(passed=1)
     assert project.torch_imported() == [False]
+
+
+# What a run of a project that uses nothing of pytest-hpml imports of it: the option table and
+# marker checks, the role of the process, and the two fixture modules pytest must know.
+START_UP = [
+    "pytest_hpml",
+    "pytest_hpml._compat",
+    "pytest_hpml.bench",
+    "pytest_hpml.bench.fixture",
+    "pytest_hpml.config",
+    "pytest_hpml.config.markers",
+    "pytest_hpml.config.options",
+    "pytest_hpml.config.role",
+    "pytest_hpml.fixtures",
+    "pytest_hpml.fixtures.fixtures",
+    "pytest_hpml.hookspecs",
+    "pytest_hpml.plugin",
+    "pytest_hpml.report",
+    "pytest_hpml.report.header",
+]
+
+
+def test_a_project_that_uses_no_hpml_feature_loads_only_the_start_up_modules(
+    project: Project,
+) -> None:
+    project.write_tests("def test_plain():\n    assert True\n")
+    project.pytester.makeconftest(
+        "import sys\n\n\n"
+        "def pytest_sessionfinish(session):\n"
+        "    loaded = sorted(m for m in sys.modules if m.startswith('pytest_hpml'))\n"
+        "    (session.config.rootpath / 'loaded.txt').write_text('\\n'.join(loaded))\n"
+    )
+    project.run_subprocess().assert_outcomes(passed=1)
+    assert (project.path / "loaded.txt").read_text().split() == START_UP

@@ -98,3 +98,26 @@ def test_storage_tracker_counts_live_tensor_bytes_at_their_peak() -> None:
         third = second * 2  # 8000 B live again
     assert (tracker.peak, tracker.live) == (8000, 8000)
     assert third.sum().item() == 4000
+
+
+class CountingClock:
+    """A clock that advances 10 ms each time it is read: rounds counted, not timed."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 0.01
+        return self.now
+
+
+@pytest.mark.parametrize("budget", [0.5, 1.0, 2.0])
+def test_the_rounds_fill_the_budget_and_no_more(budget: float) -> None:
+    clock = CountingClock()
+    plan = Plan(budget=budget, timer=clock, warmup_time=0.0, min_round_time=0.0)
+    series, _ = measure({"f": lambda: None}, plan)
+    # A round reads the clock three times (the deadline, then before and after the call), so
+    # 30 ms a round: the budget holds budget / 0.03 rounds (give or take the round that
+    # crosses the deadline and the clock reads of setting it).
+    rounds = len(series["f"].samples)
+    assert abs(rounds - budget / 0.03) <= 2

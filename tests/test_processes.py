@@ -66,10 +66,9 @@ def test_processes_share_the_bench_time(project3: Project) -> None:
     )
     record = project3.stored("machine")[TEST]["time"]
     assert len(record["processes"]) == 2
-    for run in (record, *record["processes"]):
-        measured = sum(run["samples"]) + sum(run["reference"])
-        # half of the second each, as in a comparison in 2 processes (plus one overrun)
-        assert measured < 0.75
+    # half of the second each, as in a comparison in 2 processes (what each process measures
+    # in that time is tested with a counting clock in test_measurement.py, not with wall time)
+    assert [run["budget"] for run in (record, *record["processes"])] == [0.5, 0.5, 0.5]
 
 
 def test_a_benchmark_measured_in_one_process_gets_all_the_bench_time(project3: Project) -> None:
@@ -77,9 +76,7 @@ def test_a_benchmark_measured_in_one_process_gets_all_the_bench_time(project3: P
         "--hpml-baseline=off", "--hpml-processes=3", "--hpml-bench-time=1", "--hpml-report=r.json"
     )
     [entry] = json.loads((project3.path / "r.json").read_text())["results"]
-    run = entry["metrics"]["time"]
-    measured = run["iterations"] * sum(run["samples"]) + sum(run["reference"])
-    assert measured > 0.75  # not a third of the second
+    assert entry["metrics"]["time"]["budget"] == 1.0  # not a third of the second
 
 
 def test_compare_without_a_baseline_measures_in_one_process(project3: Project) -> None:

@@ -17,9 +17,11 @@ from .counters import DynamoCounters, count_flops, cuda_peak_memory, model_size,
 from .measure import Plan, Series, _timed, measure
 
 
-def time_metric(series: Series) -> dict[str, Any]:
+def time_metric(series: Series, budget: float | None = None) -> dict[str, Any]:
+    """``budget``: the seconds of rounds this process was given (None: a fixed schedule)."""
     return metrics.Time(
         "s",
+        budget=budget,
         samples=series.samples,
         reference=series.reference,
         first_call=series.first_call,
@@ -108,7 +110,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         compiled = DynamoCounters()
         series, results = measure({"time": call}, replace(self._plan, after_warmup=compiled.mark))
         self._feed(series["time"])
-        self.metrics["time"] = time_metric(series["time"])
+        self.metrics["time"] = time_metric(series["time"], self._plan.budget)
         self._describe(call, series["time"])
         for name, value in compiled.metrics().items():
             self.record(name, value)
@@ -140,7 +142,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         self.extra_info["hpml_variants"] = {n: s.median for n, s in series.items()}
         base = series[baseline]
         for name, s in series.items():
-            self.metrics[f"time[{name}]"] = time_metric(s)
+            self.metrics[f"time[{name}]"] = time_metric(s, self._plan.budget)
             if self._batch_size:
                 self.metrics[f"throughput[{name}]"] = rate_metric(s, self._batch_size, "samples/s")
             if name != baseline:

@@ -74,9 +74,7 @@ class DynamoCounters:
         graphs = self.warm["graphs"] - self.start["graphs"]
         if end["frames"] == self.start["frames"]:
             return {}  # dynamo saw no frame: no compiled code here
-        # An explicit break counts under graph_break, an unsupported construct under
-        # unimplemented, and a break inside an inlined module under both: the larger increase
-        # does not count it twice (the larger total would hide breaks after earlier tests').
+        # The larger increase of two counters: Note [Graph breaks].
         breaks = max(self.warm[k] - self.start[k] for k in ("graph_break", "unimplemented"))
         # A frame dynamo gave up on entirely makes 0 graphs: recorded, so that it shows.
         return {

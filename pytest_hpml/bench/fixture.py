@@ -45,6 +45,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     from .benchmark import HpmlBenchmark
     from .measure import Plan, synchronizer
 
+    _compat.check_pytest_benchmark()
     given = request.config.stash[BENCH_SESSION_KEY]
     device = request.getfixturevalue("device") if "device" in request.fixturenames else None
     sync = synchronizer(device)

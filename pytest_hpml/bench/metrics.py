@@ -110,6 +110,7 @@ class Time(Sampled):
     first_call: float | None = None  # seconds, lazy work included
     warmup_calls: int | None = None
     iterations: int | None = None  # calls per round
+    budget: float | None = None  # seconds of rounds this process was given
 
 
 @dataclass

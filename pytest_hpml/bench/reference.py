@@ -13,9 +13,8 @@ class Reference:
     and backward.
 
     Timed just before each round, it measures how fast this process runs right now (shared
-    cores, frequency, neighbours), so that times from two processes can be compared. It mixes
-    compute-bound, memory-bound and dispatch-bound work because a reference that is only one of
-    these tracks a typical training step less well (measured: see README, "Noise").
+    cores, frequency, neighbours), so that times from two processes can be compared (Note
+    [Reference workload]).
     """
 
     repeat = 1

@@ -1,9 +1,7 @@
 """Measuring benchmarks again in fresh processes, as asv does.
 
-Normalizing by the reference workload follows the machine's speed round by round, but each
-process also has a speed of its own (memory layout, core placement): measured here, unchanged
-runs of one benchmark spread 2-3% from process to process after normalization. Pooling
-``--hpml-processes`` processes per side shrinks that spread, so a small threshold can hold.
+Each process has a speed of its own that per-round normalization does not remove; pooling
+``--hpml-processes`` processes per side shrinks that spread (Note [Processes]).
 
 The session that ran the tests is the first process. At its end it starts the others one after
 another: ``python -m pytest`` with the same arguments, told through :data:`RERUN_ENV` which
@@ -79,7 +77,7 @@ def _take(
     for result in results:
         for name, record in result["metrics"].items():
             if is_sampled(record) and record.get("samples"):
-                run = {k: record[k] for k in ("samples", "reference") if k in record}
+                run = {k: record[k] for k in ("samples", "reference", "budget") if k in record}
                 found.runs.setdefault(result["test"], {}).setdefault(name, []).append(run)
 
 

@@ -267,8 +267,8 @@ OPTIONS: tuple[Option, ...] = (
         "baseline",
         "baseline",
         "benchmarks against stored baselines: compare (judge each metric), update (record this "
-        "run as the baseline, merging into the files), append (add this run to the stored runs, "
-        "pooling up to 5 processes), off (neither)",
+        "run as the baseline, merging into the files), append (add this run's processes to the "
+        "stored ones, keeping up to 6 earlier process runs, all pooled), off (neither)",
         parse_baseline_mode,
         "compare",
         "MODE",
@@ -301,9 +301,10 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "processes",
         "processes",
-        "fresh processes each benchmark is measured in when it is recorded or compared with a "
-        "baseline; they share --hpml-bench-time, and pooling them cancels what is peculiar to "
-        "one process (memory layout, core placement), which per-round normalization cannot",
+        "fresh processes each benchmark is measured in when it is compared with a stored time "
+        "baseline (recording uses --hpml-record-processes); they share --hpml-bench-time, and "
+        "pooling them cancels what is peculiar to one process (memory layout, core placement), "
+        "which per-round normalization cannot",
         parse_processes,
         "3",
         "N",

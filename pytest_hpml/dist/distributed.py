@@ -260,6 +260,27 @@ def gpus_held(item: pytest.Item) -> Iterator[None]:
         yield
 
 
+class SharedGpus:
+    """The plugin of an xdist worker holding a slice of the GPUs: a test that needs more GPUs
+    than the slice runs apart on leased ones, the others hold the slice while they run.
+    Registered only in such a worker, so other runs pay nothing for it."""
+
+    def __init__(self, budget: Callable[[str], float]) -> None:
+        self.budget = budget
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+        """Run a test needing more GPUs than this worker has on leased GPUs (and a
+        distributed test in ranks of its own)."""
+        return spawn_protocol(item, nextitem, self.budget)
+
+    @pytest.hookimpl(wrapper=True, specname="pytest_runtest_protocol")
+    def hold_gpus(self, item: pytest.Item) -> Iterator[None]:
+        """Hold this worker's GPUs while a test that uses them runs."""
+        with gpus_held(item):
+            return (yield)
+
+
 def _crash(report: pytest.TestReport) -> str:
     """The one line that says what went wrong (pytest's short summary shows it)."""
     crash = getattr(report.longrepr, "reprcrash", None)

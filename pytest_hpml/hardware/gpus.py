@@ -147,6 +147,3 @@ def schedule(config: pytest.Config) -> Scheduler | None:
     scheduler = Scheduler(config)
     config.pluginmanager.register(scheduler, "hpml-gpus")
     return scheduler
-
-
-SCHEDULER_KEY = pytest.StashKey["Scheduler | None"]()

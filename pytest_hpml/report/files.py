@@ -54,7 +54,7 @@ def write_markdown(path: Path, document: dict[str, Any]) -> None:
 
 
 def write_html(path: Path, document: dict[str, Any]) -> None:
-    """A standalone HTML report (see :mod:`pytest_hpml.html`)."""
+    """A standalone HTML report (see :mod:`pytest_hpml.report.html`)."""
     from .html import render, stored_baselines  # matplotlib: only when a report is drawn
 
     write_atomic(path, render(document, stored_baselines(document, Path(document["baseline_dir"]))))

@@ -8,7 +8,6 @@ import pytest
 
 from ..config.options import Settings
 from ..config.role import settings
-from ..hardware.devices import devices, hardware
 
 
 def settings_line(settings: Settings) -> str:
@@ -22,6 +21,8 @@ def settings_line(settings: Settings) -> str:
 
 def hardware_line(config: pytest.Config) -> str:
     """The torch build, the devices it sees and the ones the tests will run on."""
+    from ..hardware.devices import devices, hardware
+
     return f"hpml: {hardware(config).describe()}; running on {', '.join(devices(config))}"
 
 
@@ -38,10 +39,8 @@ HPML_ITEMS = pytest.StashKey[bool]()
 def lines(config: pytest.Config) -> list[str]:
     """The header: the selection and seed, the GPUs per xdist worker, and the hardware if
     torch is loaded already (describing it then costs nothing extra)."""
-    from ..hardware.gpus import SCHEDULER_KEY
-
     found = [settings_line(settings(config))]
-    scheduler = config.stash.get(SCHEDULER_KEY, None)
+    scheduler = config.pluginmanager.get_plugin("hpml-gpus")  # xdist on a machine with GPUs
     if scheduler is not None:
         found.append(scheduler.header())
     if torch_imported():

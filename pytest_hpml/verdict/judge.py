@@ -87,10 +87,8 @@ def judged(
 
     Reference units where both sides timed the reference workload and it made the stored
     baseline's processes steadier (or where fewer than :data:`PROCESSES_TO_CALIBRATE` stored
-    runs cannot tell). It does for most benchmarks, but not for all: on the 2-core
-    VM the per-process medians of some two-thread convolution steps spread 1-2% raw and 7-9% in
-    reference units (a two-thread reference lands on the cores differently in each process).
-    The choice rests on the baseline alone, so the run being judged cannot tilt it.
+    runs cannot tell); raw otherwise (Note [Raw or reference units]). The choice rests on the
+    baseline alone, so the run being judged cannot tilt it.
     """
 
     def raw(why: str = "") -> Judged:

@@ -29,7 +29,7 @@ from .judge import runs
 
 MAX_STORED_SAMPLES = 400
 EARLIER_RUNS = 6  # process runs kept besides the latest run's by --hpml-baseline=append
-RUN_FIELDS = ("samples", "reference", "recorded", "commit")
+RUN_FIELDS = ("samples", "reference", "budget", "recorded", "commit")
 
 
 class Verdicts:

@@ -58,8 +58,7 @@ def mann_whitney_greater(current: Sequence[float], baseline: Sequence[float]) ->
 
 
 # The test between process medians is one-sided at 5%, not the rank test's 1%: it is a second
-# gate, after the threshold and the rank test. Resampling the noise experiment's 120 process
-# runs, 1% here let 5% of the 15% regressions through as inconclusive on a noisy day.
+# gate, after the threshold and the rank test (Note [Processes]).
 PROCESS_ALPHA = 0.05
 
 
@@ -73,7 +72,7 @@ def t95(df: int) -> float:
 def process_resolution(current: Sequence[float], baseline: Sequence[float]) -> float | None:
     """The smallest relative change that the per-process medians can tell from the spread
     between processes (a pooled-variance t test on their logs, one-sided at 5%); None with too few
-    processes to estimate that spread (fewer than 3 in all, or one a side)."""
+    processes to estimate that spread (fewer than 3 in all, or one a side). Note [Processes]."""
     if len(current) < 1 or len(baseline) < 1 or len(current) + len(baseline) < 3:
         return None
     if min(*current, *baseline) <= 0:
@@ -90,10 +89,9 @@ def normalize(
 ) -> list[float]:
     """Express each sample in units of the reference time measured just before its round.
 
-    Pairing each round with its own reference follows the machine's speed from moment to
-    moment (measured: 1.75% spread between processes against 2.1% for the run's median
-    reference and 16% raw). When rounds and references do not pair up, the run's median
-    reference is the unit. ``per_second`` metrics (rates) are multiplied instead.
+    Each round is paired with its own reference (Note [Reference workload]); when rounds and
+    references do not pair up, the run's median reference is the unit. ``per_second`` metrics
+    (rates) are multiplied instead.
     """
     if not reference:
         return list(samples)
@@ -126,7 +124,8 @@ def compare_samples(
     alpha: float = ALPHA,
     processes: tuple[Sequence[float], Sequence[float]] | None = None,
 ) -> Comparison:
-    """Judge raw samples of a metric against the baseline's.
+    """Judge the samples of a metric against the baseline's: in units of the reference workload
+    or raw, as the caller chose (Note [Raw or reference units]).
 
     A change counts only when the rank test is significant at ``alpha`` *and* the medians differ
     by more than ``threshold`` (relative): with hundreds of samples any drift is "significant",
