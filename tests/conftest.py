@@ -242,7 +242,7 @@ class Project:
             if line.startswith("hpml:"):
                 break
             cells = re.split(r" {2,}", line.strip())  # columns are 2 spaces apart
-            table[(cells[0], cells[1])] = cells[-1]
+            table[(cells[0], cells[1])] = cells[7]  # a reason may follow the verdict
         return table
 
     @staticmethod

@@ -4,6 +4,7 @@ broken ones reported in one line and left alone; a baseline of another machine i
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -250,3 +251,35 @@ def test_baseline_of_another_fingerprint_is_not_used(project: Project) -> None:
     result = project.run()
     assert result.ret == pytest.ExitCode.OK
     assert project.verdicts(result) == {("test_inner.py::test_0", "n"): "no-baseline"}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("samples", "NaN", "samples must be a list of positive finite numbers"),
+        ("samples", "Infinity", "samples must be a list of positive finite numbers"),
+        ("samples", '"fast"', "samples must be a list of positive finite numbers"),
+        ("reference", "0.0", "reference must be a list of positive finite numbers"),
+        ("value", "NaN", "value nan is not a finite number"),
+    ],
+)
+def test_an_unusable_stored_value_is_named_and_never_judged(
+    project: Project, field: str, value: str, problem: str
+) -> None:
+    project.write_tests("import torch  # noqa: F401\n" + count_tests(1, portable=False, timed=True))
+    project.bench("--hpml-baseline=update")
+    path = project.baseline_files()["machine"]  # the count is not portable here
+    data = json.loads(path.read_text())
+    metric = "time" if field != "value" else "n"
+    record = data["entries"]["test_inner.py::test_0"][metric]
+    if field == "value":
+        record["value"] = "__BAD__"
+    else:
+        record[field] = [*record[field][:-1], "__BAD__"]
+    path.write_text(json.dumps(data).replace('"__BAD__"', value))
+    result = project.bench()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    [error] = project.hpml_errors(result)
+    assert f"entry 'test_inner.py::test_0' metric '{metric}': {problem}; not used" in error
+    assert project.verdicts(result)[("test_inner.py::test_0", metric)] == "no-baseline"
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()

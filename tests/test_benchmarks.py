@@ -102,6 +102,24 @@ def test_four_times_the_work_regresses_and_fails_the_session(recorded: Project) 
     ), line
 
 
+def test_the_refresh_command_quotes_parametrized_ids_for_a_shell(project: Project) -> None:
+    project.write_tests(
+        WORK.replace(
+            "def test_work(benchmark):",
+            "@pytest.mark.parametrize('n', ['a b'])\ndef test_work(benchmark, n):",
+        ).replace("import os\n", "import os\n\nimport pytest\n")
+    )
+    project.bench("--hpml-baseline=update")
+    project.monkeypatch.setenv("WORK_SCALE", "0.25")
+    result = project.bench(THRESHOLD)
+    result.stdout.fnmatch_lines(
+        [
+            "hpml: improved; refresh their baselines with: "
+            "pytest --hpml-baseline=update 'test_inner.py::test_work[a b]'"
+        ]
+    )
+
+
 def test_a_quarter_of_the_work_improves_and_prints_the_refresh_command(recorded: Project) -> None:
     recorded.monkeypatch.setenv("WORK_SCALE", "0.25")
     result = recorded.bench(THRESHOLD)
@@ -122,7 +140,10 @@ def test_update_mode_never_fails_for_a_regression_and_records_the_new_times(
     recorded.monkeypatch.setenv("WORK_SCALE", "4")
     result = recorded.bench(THRESHOLD, "--hpml-baseline=update")
     assert result.ret == pytest.ExitCode.OK
-    assert recorded.verdicts(result) == {WORK_TIME: "regressed"}
+    # recording judges nothing: no REGRESSED line, the summary and the exit code agree
+    assert recorded.verdicts(result) == {WORK_TIME: "recorded"}
+    assert "REGRESSED" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["hpml: 1 recorded; baselines: * (update)"])
     assert recorded.stored("machine")["test_inner.py::test_work"]["time"]["samples"] != before
 
 
@@ -394,10 +415,13 @@ def test_markdown_report_has_the_verdict_table(project: Project) -> None:
     lines = (project.path / "summary.md").read_text().splitlines()
     assert lines[0] == "### pytest-hpml benchmarks: no regression"
     assert (
-        "| test | metric | baseline | current | raw change | change | confidence | verdict |"
-        in lines
+        "| test | metric | baseline | current | raw change | change | confidence | verdict "
+        "| reason |" in lines
     )
-    assert "| `test_inner.py::test_0` | n | - | 1 | - | - | - | no-baseline |" in lines
+    # names are escaped, not put in code spans (a backtick in an id would end the span)
+    assert (
+        "| test\\_inner.py::test\\_0 | n | \\- | 1 | \\- | \\- | \\- | no\\-baseline |  |" in lines
+    )
 
 
 CITED = """

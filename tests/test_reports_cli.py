@@ -468,3 +468,63 @@ def test_example_workflow_parses_and_uses_the_reports() -> None:
     assert steps["actions/upload-artifact"]["with"]["path"] == "hpml.html"
     assert steps["marocchino/sticky-pull-request-comment"]["with"]["path"] == "hpml-comment.md"
     assert "actions/checkout" in steps
+
+
+# --- untrusted input -------------------------------------------------------------------------
+
+HOSTILE_ID = "test_x.py::test_y[a`b|c<img src=x onerror=alert(1)>]"
+
+
+def hostile_document(stored: Path) -> dict[str, Any]:
+    """A report a pull request could craft: markup in the test id, the counts and an error."""
+    document = make_document(stored)
+    document["results"][0]["test"] = HOSTILE_ID
+    document["counts"] = {"pass": "<script>alert(1)</script>"}  # and no regression, it says
+    document["errors"] = ["<script>alert(2)</script>"]
+    return document
+
+
+def test_the_html_report_escapes_every_value_and_counts_verdicts_itself(stored: Path) -> None:
+    document = hostile_document(stored)
+    page = hpml_html.render(document, {})
+    assert "<script>" not in page
+    assert "<img src=x" not in page
+    # the crafted "counts" cannot change the headline: the results hold regressions
+    assert "<h1>pytest-hpml benchmarks: 2 regression(s)</h1>" in page
+
+
+def test_the_markdown_summary_lets_no_name_out_of_its_cell(stored: Path) -> None:
+    summary = files.markdown(hostile_document(stored))
+    assert "<img" not in summary
+    assert "<script>" not in summary
+    row = next(line for line in summary.splitlines() if "test\\_y" in line)
+    # the backtick and the bar are escaped: the row keeps its 9 cells
+    assert len(re.findall(r"(?<!\\)\|", row)) == len(files.MARKDOWN_COLUMNS) + 1
+    assert "\\`b\\|c&lt;img" in row
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (
+            lambda r: r["verdicts"]["time"].update(verdict="<b>fine</b>"),
+            "is '<b>fine</b>', not one",
+        ),
+        (lambda r: r["verdicts"]["time"].update(change="+3%"), "not a finite number"),
+        (lambda r: r["metrics"]["time"].update(samples=[float("nan")]), "positive finite numbers"),
+        (lambda r: r.update(test=["not", "text"]), "its test id is not a string"),
+    ],
+    ids=["verdict", "change", "nan-sample", "test-id"],
+)
+def test_a_report_with_a_value_of_the_wrong_shape_is_refused_in_one_line(
+    tmp_path: Path, stored: Path, capsys: pytest.CaptureFixture[str], change: Any, problem: str
+) -> None:
+    document = make_document(stored)
+    change(document["results"][0])
+    path = tmp_path / "crafted.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    code, _, err = run_cli(capsys, "render", path, "--md", tmp_path / "out.md")
+    assert code == 2
+    assert err.startswith(f"pytest-hpml: error: {path} is not a pytest-hpml report (result ")
+    assert problem in err
+    assert len(err.strip().splitlines()) == 1

@@ -10,6 +10,7 @@ environment > ini > default.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ DEVICE_TYPES = ("cpu", "cuda", "mps")
 DIST_BACKENDS = ("auto", "gloo", "nccl", "mpi")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 MAX_AUTO_WORKERS = 8
+MAX_WORKERS = 256  # more DataLoader workers than this is a typo, not a plan
 BASELINE_MODES = ("compare", "update", "append", "off")
 
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
@@ -105,6 +107,10 @@ def parse_workers(value: str) -> tuple[int, ...]:
         if item == "auto":
             counts.append(auto_workers())
         elif item.isdecimal():  # not isdigit(): int() rejects digits such as "²"
+            if int(item) > MAX_WORKERS:
+                raise argparse.ArgumentTypeError(
+                    f"worker count {item} is more than {MAX_WORKERS}; choose fewer"
+                )
             counts.append(int(item))
         else:
             raise _bad("worker count", item, "integers >= 0 or auto (comma-separated for several)")
@@ -131,16 +137,29 @@ def parse_baseline_mode(value: str) -> str:
 
 
 def parse_fraction(value: str) -> float:
-    """A relative change such as 0.1 or 10%."""
+    """A relative change: a fraction below 1 (0.06) or a percentage (6%, up to 1000%).
+
+    A bare number of 1 or more is refused rather than read as a fraction: ``5`` meant as 5%
+    would be 500%, and let a 3x slowdown pass."""
     text = str(value).strip()
+    percent = text.endswith("%")
     try:
-        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        number = float(text[:-1]) / 100 if percent else float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected a fraction such as 0.1 or 10%, got {value!r}"
         ) from None
-    if not 0 < number < 10:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 10), got {value!r}")
+    if not math.isfinite(number) or number <= 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive fraction or percentage, got {value!r}"
+        )
+    if not percent and number >= 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a fraction below 1 (0.05 is 5%), got {value!r}; "
+            f"write {number:g}% for {number:g} percent"
+        )
+    if number > 10:
+        raise argparse.ArgumentTypeError(f"expected at most 1000%, got {value!r}")
     return number
 
 

@@ -96,6 +96,39 @@ def _report_problem(data: Any) -> str | None:
         keys = ("test", "metrics", "verdicts")
         if not isinstance(result, dict) or not all(k in result for k in keys):
             return "a result lacks its test, metrics or verdicts"
+        problem = _result_problem(result)
+        if problem:
+            return f"result {str(result['test'])[:80]!r}: {problem}"
+    return None
+
+
+# A verdict's numeric fields: a number or null, nothing else.
+_VERDICT_NUMBERS = ("baseline", "current", "change", "confidence", "threshold", "raw_change")
+
+
+def _result_problem(result: dict[str, Any]) -> str | None:
+    """What is wrong with one result of a report: every value read from a file is untrusted."""
+    metrics, verdicts = result["metrics"], result["verdicts"]
+    if not isinstance(result["test"], str):
+        return "its test id is not a string"
+    if not isinstance(metrics, dict) or not isinstance(verdicts, dict):
+        return "its metrics or verdicts are not objects"
+    for name, record in metrics.items():
+        if not isinstance(record, dict) or not isinstance(record.get("unit", ""), str):
+            return f"metric {name!r} is not a record with a text unit"
+        problem = baselines.record_problem(record)
+        if problem:
+            return f"metric {name!r}: {problem}"
+    for name, verdict in verdicts.items():
+        if name not in metrics or not isinstance(verdict, dict):
+            return f"verdict {name!r} has no metric"
+        if verdict.get("verdict") not in stats.VERDICTS:
+            return f"verdict {name!r} is {verdict.get('verdict')!r}, not one of {stats.VERDICTS}"
+        numbers = [verdict.get(key) for key in _VERDICT_NUMBERS]
+        if not all(v is None or baselines.number(v) for v in numbers):
+            return f"verdict {name!r} has a value that is not a finite number"
+        if not isinstance(verdict.get("reason", ""), str):
+            return f"verdict {name!r} has a reason that is not text"
     return None
 
 
@@ -125,7 +158,10 @@ def load_entries(path: Path) -> Entries:
     """The records of a baseline file or a JSON report, test id -> metric -> record."""
     if _is_report(_existing(path)):
         return {r["test"]: r["metrics"] for r in load_report(path)["results"]}
-    return baselines.load(path)["entries"]
+    data = baselines.load(path)
+    for problem in baselines.unusable(data):
+        print(f"pytest-hpml: {path}: {problem}", file=sys.stderr)
+    return data["entries"]
 
 
 def center(record: dict[str, Any]) -> float | None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,35 +13,48 @@ from ..verdict.baselines import write_atomic
 from .text import COLUMNS, citations, counts, headline, rows
 
 REPORT_FORMAT = "pytest-hpml-report/1"
+MARKDOWN_COLUMNS = (*COLUMNS, "reason")
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:
     write_atomic(path, json.dumps(document, indent=1, sort_keys=True) + "\n")
 
 
+# Characters with a meaning in GitHub's Markdown, escaped with a backslash in every name shown.
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+!|~-])")
+
+
+def md(text: Any) -> str:
+    """``text`` as literal Markdown: HTML made inert (entities) and Markdown's own characters
+    escaped, so no test id, metric, machine name, source or error can end a cell or a code
+    span, or bring in HTML (GitHub renders step summaries and comments)."""
+    return _MARKDOWN.sub(r"\\\1", html.escape(str(text), quote=False)).replace("\n", " ")
+
+
 def markdown(document: dict[str, Any]) -> str:
     """A Markdown summary for a pull-request comment or a CI step summary."""
     results = document["results"]
     found = counts(results)
+    fingerprint = document["fingerprint"]
     lines = [
         f"### pytest-hpml benchmarks: {headline(found)}",
         "",
-        f"Machine: {document['fingerprint'].get('name', '?')} "
-        f"(`{document['fingerprint'].get('id', '?')}`), commit `{document.get('commit') or '?'}`, "
-        f"baselines: {document['baseline_mode']}.",
+        f"Machine: {md(fingerprint.get('name', '?'))} ({md(fingerprint.get('id', '?'))}), "
+        f"commit {md(document.get('commit') or '?')}, baselines: {md(document['baseline_mode'])}.",
         "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
+        "| " + " | ".join(MARKDOWN_COLUMNS) + " |",
+        "|" + "---|" * len(MARKDOWN_COLUMNS),
     ]
     for row in rows(results):
-        mark = {"regressed": "**regressed**", "improved": "_improved_"}.get(row["verdict"])
-        cells = [f"`{row['test']}`", *(row[c] for c in COLUMNS[1:-1]), mark or row["verdict"]]
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    lines += ["", ", ".join(f"{n} {v}" for v, n in found.items()) or "no metrics"]
+        verdict = md(row["verdict"])
+        mark = {"regressed": f"**{verdict}**", "improved": f"_{verdict}_"}.get(row["verdict"])
+        cells = [md(row[c]) for c in MARKDOWN_COLUMNS[:-2]] + [mark or verdict, md(row["reason"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", ", ".join(f"{n} {md(v)}" for v, n in found.items()) or "no metrics"]
     cited = citations(results)
     if cited:
-        lines += ["", "Published figures beside ours:", "", *(f"- {line}" for line in cited)]
-    lines += [f"\n**Error:** {e}" for e in document.get("errors", ())]
+        lines += ["", "Published figures beside ours:", "", *(f"- {md(line)}" for line in cited)]
+    lines += [f"\n**Error:** {md(e)}" for e in document.get("errors", ())]
     return "\n".join(lines) + "\n"
 
 

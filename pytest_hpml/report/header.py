@@ -15,7 +15,8 @@ def settings_line(settings: Settings) -> str:
     return (
         f"hpml: device={','.join(settings.devices)} precision={','.join(settings.precisions)} "
         f"backend={','.join(settings.backends)} dist-backend={settings.dist_backend} "
-        f"workers={','.join(map(str, settings.workers))} seed={settings.seed}"
+        f"workers={','.join(map(str, settings.workers))} seed={settings.seed} "
+        f"threshold={settings.threshold * 100:g}%"
     )
 
 

@@ -31,6 +31,7 @@ COLOURS = {
     stats.IMPROVED: "#1f6fb4",
     stats.INCONCLUSIVE: "#e69500",
     stats.NO_BASELINE: "#9e9e9e",
+    stats.RECORDED: "#607d8b",
 }
 INSTALL_HINT = "pip install 'pytest-hpml[report]' (or pip install matplotlib)"
 
@@ -125,7 +126,7 @@ def _figure_class() -> Any:
 
 def _header(document: dict[str, Any]) -> str:
     results = document["results"]
-    found = document.get("counts") or reports.counts(results)
+    found = reports.counts(results)  # from the verdicts themselves, never a file's "counts"
     fp = document.get("fingerprint") or {}
     facts = {
         "machine": f"{fp.get('name', '?')} ({fp.get('id', '?')})",
@@ -136,10 +137,10 @@ def _header(document: dict[str, Any]) -> str:
     }
     badges = "".join(
         f"<span class='badge' style='background:{COLOURS.get(v, '#666')}'>"
-        f"{n} {html.escape(v)}</span>"
+        f"{html.escape(str(n))} {html.escape(v)}</span>"
         for v, n in sorted(found.items(), key=lambda item: _order(item[0]))
     )
-    errors = "".join(f"<li>{html.escape(e)}</li>" for e in document.get("errors") or ())
+    errors = "".join(f"<li>{html.escape(str(e))}</li>" for e in document.get("errors") or ())
     return (
         f"<h1>pytest-hpml benchmarks: {html.escape(reports.headline(found))}</h1>\n"
         f"<p>{badges or 'no metrics'}</p>\n<dl>"

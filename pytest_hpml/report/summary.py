@@ -3,6 +3,7 @@ set the exit status, and the terminal summary."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
     if improved:
         reporter.write_line(
             "hpml: improved; refresh their baselines with: pytest --hpml-baseline=update "
-            + " ".join(improved)
+            + " ".join(shlex.quote(test) for test in improved)  # ids with [...] for a shell
         )
     _processes(reporter, verdicts)
     for path in verdicts.written:

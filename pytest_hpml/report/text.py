@@ -40,6 +40,8 @@ def rows(results: list[dict[str, Any]]) -> list[dict[str, str]]:
         for name, verdict in sorted(result["verdicts"].items()):
             unit = result["metrics"][name]["unit"]
             change, raw = verdict["change"], verdict.get("raw_change")
+            if raw is None:  # judged raw (no reference, or it did not steady the baseline)
+                raw = change
             out.append(
                 {
                     "test": result["test"],
@@ -58,14 +60,17 @@ def rows(results: list[dict[str, Any]]) -> list[dict[str, str]]:
     return out
 
 
-# "change" is what is judged (time in units of the reference workload); "raw change" is the
-# plain ratio of the medians, shown for context.
+# "change" is what is judged (time in units of the reference workload where that steadies the
+# benchmark, else raw: then both columns show the same); "raw change" is the plain ratio of the
+# medians. The terminal table adds the reason of a verdict that has one.
 COLUMNS = ("test", "metric", "baseline", "current", "raw change", "change", "confidence", "verdict")
 
 
 def table(results: list[dict[str, Any]]) -> list[str]:
-    """The verdict table, as aligned text lines."""
-    return align(COLUMNS, rows(results))
+    """The verdict table, as aligned text lines, with the reason of each verdict that has one."""
+    body = rows(results)
+    columns = (*COLUMNS, "reason") if any(row["reason"] for row in body) else COLUMNS
+    return [line.rstrip() for line in align(columns, body)]
 
 
 def citations(results: list[dict[str, Any]]) -> list[str]:

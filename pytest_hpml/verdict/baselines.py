@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import tempfile
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
+from ..bench.metrics import kind_of
 from ..hardware.fingerprint import Fingerprint
 
 FORMAT = "pytest-hpml-baselines/1"
@@ -75,6 +77,47 @@ def _shape_problem(data: Any) -> str | None:
         if not isinstance(metrics, dict) or not all(isinstance(m, dict) for m in metrics.values()):
             return f"entry {test!r} is not an object of metric objects"
     return None
+
+
+def number(value: Any, positive: bool = False) -> bool:
+    """A finite int or float (not a bool), and above 0 if ``positive``."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return ok and (value > 0 if positive else True)
+
+
+def record_problem(record: dict[str, Any]) -> str | None:
+    """What makes a stored metric record unusable (NaN, infinity, strings, zero times, an
+    unknown kind), or None. Checked on every record read, so none is judged against."""
+    kind = kind_of(record)
+    if kind is None:
+        return f"unknown kind {record.get('kind')!r}"
+    if not kind.sampled:
+        if not number(record.get("value")):
+            return f"value {record.get('value')!r} is not a finite number"
+        if not number(record.get("tolerance", 0.0)) or record.get("tolerance", 0.0) < 0:
+            return f"tolerance {record.get('tolerance')!r} is not a number >= 0"
+        return None
+    process_runs = [record, *record.get("processes", ()), *record.get("earlier", ())]
+    for run in process_runs:
+        if not isinstance(run, dict):
+            return "a process run is not an object"
+        for key in ("samples", "reference"):
+            values = run.get(key, [])
+            if not isinstance(values, list) or not all(number(v, True) for v in values):
+                return f"{key} must be a list of positive finite numbers"
+    return None
+
+
+def unusable(data: dict[str, Any]) -> list[str]:
+    """Drop the unusable records of loaded baselines (``data["entries"]``); say which, and why."""
+    said = []
+    for test, metrics in data["entries"].items():
+        for name in list(metrics):
+            problem = record_problem(metrics[name])
+            if problem:
+                del metrics[name]
+                said.append(f"entry {test!r} metric {name!r}: {problem}; not used")
+    return said
 
 
 def dumps(data: dict[str, Any]) -> str:

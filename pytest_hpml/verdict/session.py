@@ -68,6 +68,9 @@ class Verdicts:
             except baselines.BaselineError as exc:
                 self._files[path] = None
                 self.errors.append(str(exc))
+            else:
+                said = baselines.unusable(self._files[path])
+                self.errors.extend(f"baseline file {path}: {problem}" for problem in said)
         data = self._files[path]
         return {} if data is None else data["entries"]
 
@@ -115,7 +118,9 @@ class Verdicts:
         """Verdicts for every metric of one test (all ``no-baseline`` when mode is off)."""
         verdicts = {}
         for name, record in metrics.items():
-            base = None if self.duty.baseline == "off" else self.stored(test, name, record)
+            # recording judges nothing: what it replaces is not what the next run is judged by
+            judging = self.duty.baseline == "compare"
+            base = self.stored(test, name, record) if judging else None
             comparison = self.config.hook.pytest_hpml_judge_metric(
                 config=self.config,
                 test=test,
@@ -124,6 +129,8 @@ class Verdicts:
                 baseline=base,
                 threshold=threshold,
             )
+            if self.recording:
+                comparison = dataclasses.replace(comparison, verdict=stats.RECORDED)
             verdicts[name] = dataclasses.asdict(comparison)
         return verdicts
 

@@ -16,7 +16,8 @@ REGRESSED = "regressed"
 IMPROVED = "improved"
 NO_BASELINE = "no-baseline"
 INCONCLUSIVE = "inconclusive"
-VERDICTS = (PASS, REGRESSED, IMPROVED, NO_BASELINE, INCONCLUSIVE)
+RECORDED = "recorded"  # --hpml-baseline=update/append: measured and stored, not judged
+VERDICTS = (PASS, REGRESSED, IMPROVED, NO_BASELINE, INCONCLUSIVE, RECORDED)
 
 MIN_SAMPLES = 5
 ALPHA = 0.01
