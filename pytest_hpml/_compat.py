@@ -2,9 +2,9 @@
 
 Private names change without notice. Each one is reached only through a function here, which
 checks that the name exists and otherwise stops the run with an error that names the version
-found and the versions supported, instead of an ``AttributeError`` deep inside a test. Nothing
-here is imported at plugin start-up beyond pytest itself: torch and pytest-benchmark are
-imported by the functions that need them.
+found and the versions supported, instead of an ``AttributeError`` deep inside a test. The
+module is light (the fixture modules import it at start-up): torch, pytest-benchmark and
+``importlib.metadata`` are imported by the functions that need them.
 """
 
 from __future__ import annotations

@@ -77,6 +77,11 @@ def pytest_configure(config: pytest.Config) -> None:
         from .report.html import check_html
 
         check_html(chosen)
+    recording = role.duty(config).baseline in ("update", "append")
+    if role.is_controller(config) and (recording or chosen.report or chosen.report_md):
+        from .report.files import check_paths
+
+        check_paths(chosen, recording, config.rootpath)
 
 
 @pytest.hookimpl

@@ -232,13 +232,17 @@ def test_broken_baseline_is_not_overwritten_by_update(
     result.stdout.fnmatch_lines([error + " (not overwritten)"])
 
 
-def test_baseline_of_another_machine_name_is_not_used(project: Project) -> None:
+def test_a_baseline_recorded_under_another_machine_name_is_found_by_its_id(
+    project: Project,
+) -> None:
     project.write_tests(count_tests(1, portable=False))
     project.run("--hpml-baseline=update", "--hpml-machine=ci box").assert_outcomes(passed=1)
     assert project.baseline_files()["machine"].name.startswith("machine-ci-box-")
-    result = project.run("--hpml-machine=laptop")
-    assert result.ret == pytest.ExitCode.OK
-    assert project.verdicts(result) == {("test_inner.py::test_0", "n"): "no-baseline"}
+    project.monkeypatch.setenv("COUNT", "2")
+    result = project.run("--hpml-machine=laptop")  # the name labels the machine, nothing more
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert project.verdicts(result) == {("test_inner.py::test_0", "n"): "regressed"}
+    assert len(project.baseline_files()) == 1
 
 
 def test_baseline_of_another_fingerprint_is_not_used(project: Project) -> None:

@@ -280,7 +280,33 @@ def test_show_without_a_match_says_so(stored: Path, capsys: pytest.CaptureFixtur
     path = baselines.machine_path(stored, FINGERPRINT)
     code, out, _ = run_cli(capsys, "show", path, "--test", "nothing-like-it")
     assert code == 1
-    assert "no entries match 'nothing-like-it'" in out
+    assert "no test matches 'nothing-like-it'" in out
+    code, out, _ = run_cli(capsys, "show", path, "--test", "test_slowr")
+    assert code == 1
+    assert "nearest: test_a.py::test_slower" in out
+
+
+def test_show_matches_a_glob_against_the_test_name(
+    stored: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run_cli(
+        capsys, "show", baselines.machine_path(stored, FINGERPRINT), "--test", "test_slow*"
+    )
+    assert code == 0
+    assert out.splitlines()[1].split()[0] == "test_a.py::test_slower"
+
+
+@pytest.mark.parametrize("target", ["dir", "/dev/null"])
+def test_show_of_a_directory_or_a_device_says_what_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str
+) -> None:
+    path = tmp_path if target == "dir" else Path(target)
+    code, _, err = run_cli(capsys, "show", path)
+    assert code == 2
+    what = "is a directory" if target == "dir" else "is not a regular file"
+    assert err == f"pytest-hpml: error: {path} {what}; name a baseline file " + (
+        "or a JSON report in it\n" if target == "dir" else "or a report\n"
+    )
 
 
 def test_diff_of_two_baseline_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -377,7 +403,7 @@ def test_render_without_matplotlib_is_an_error(
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     code, _, err = run_cli(capsys, "render", report, "--html", tmp_path / "x.html")
     assert code == 2
-    assert "the HTML report needs matplotlib: pip install 'pytest-hpml[report]'" in err
+    assert "the HTML report needs matplotlib: pip install matplotlib" in err
     assert not (tmp_path / "x.html").exists()
 
 

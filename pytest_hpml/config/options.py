@@ -186,6 +186,15 @@ def parse_text(value: str) -> str:
     return str(value).strip()
 
 
+def parse_dir(value: str) -> str:
+    """A directory, relative to the rootdir; an empty value is refused (it would mean the
+    project's root itself)."""
+    text = str(value).strip()
+    if not text:
+        raise argparse.ArgumentTypeError(f"expected a directory, got {value!r}")
+    return text
+
+
 def parse_bool(value: str) -> bool:
     """1/true/yes/on or 0/false/no/off."""
     text = str(value).strip().lower()
@@ -296,7 +305,7 @@ OPTIONS: tuple[Option, ...] = (
         "baseline-dir",
         "baseline_dir",
         "directory of baseline files, relative to the rootdir",
-        parse_text,
+        parse_dir,
         "baselines",
         "DIR",
     ),

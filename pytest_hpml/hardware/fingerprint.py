@@ -54,6 +54,14 @@ class Fingerprint:
         data["name"] = self.label
         return data
 
+    def differences(self, other: Fingerprint) -> list[str]:
+        """The timing-relevant fields in which ``other`` differs, as "cpu: 'A' here, 'B'"."""
+        return [
+            f"{f}: {getattr(self, f)!r} here, {getattr(other, f)!r} there"
+            for f in FIELDS
+            if getattr(self, f) != getattr(other, f)
+        ]
+
     def with_name(self, name: str) -> Fingerprint:
         """The same machine under a human-readable name (``--hpml-machine``)."""
         return dataclasses.replace(self, name=name)

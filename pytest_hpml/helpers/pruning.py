@@ -30,7 +30,7 @@ from ..logs import quieted
 
 MEASURES = ("params", "bytes", "flops")
 PRUNERS = {"l1": "L1NormPruner", "l2": "L2NormPruner", "fpgm": "FPGMPruner"}
-INSTALL_HINT = "pip install nni (or pip install 'pytest-hpml[suites]')"
+INSTALL_HINT = "pip install nni (pytest-hpml's 'suites' extra)"
 
 Inputs = Union[torch.Tensor, Sequence[Any]]
 Bounds = Union[float, Mapping[str, float], None]

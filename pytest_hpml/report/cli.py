@@ -12,6 +12,7 @@ one-line errors and exit status 2.
 from __future__ import annotations
 
 import argparse
+import difflib
 import fnmatch
 import json
 import sys
@@ -79,7 +80,11 @@ def parser() -> argparse.ArgumentParser:
 
 def _existing(path: Path) -> Path:
     """``baselines.load`` treats a missing file as empty; asked for by name, it is an error."""
-    if not path.is_file():
+    if path.is_dir():
+        raise BaselineError(f"{path} is a directory; name a baseline file or a JSON report in it")
+    if path.exists() and not path.is_file():
+        raise BaselineError(f"{path} is not a regular file; name a baseline file or a report")
+    if not path.exists():
         raise BaselineError(f"no such file: {path}")
     return path
 
@@ -213,7 +218,12 @@ def run_show(args: argparse.Namespace) -> int:
     entries = load_entries(args.file)
     chosen = {t: m for t, m in entries.items() if _matches(t, args.test)}
     if not chosen:
-        print(f"no entries{'' if args.test is None else f' match {args.test!r}'} in {args.file}")
+        print(f"no test matches{'' if args.test is None else f' {args.test!r}'} in {args.file}")
+        near = difflib.get_close_matches(args.test or "", sorted(entries), n=3, cutoff=0.3)
+        names = {_name(t): t for t in entries}
+        near += [names[n] for n in difflib.get_close_matches(args.test or "", names, n=3)]
+        if near:
+            print("nearest: " + ", ".join(dict.fromkeys(near)))
         return 1
     body = [
         _record_row(test, name, record)
@@ -224,11 +234,17 @@ def run_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _name(test: str) -> str:
+    """The test's name as users type it: ``test_step[cpu]`` of ``t/test_a.py::test_step[cpu]``."""
+    return test.rpartition("::")[2]
+
+
 def _matches(test: str, pattern: str | None) -> bool:
+    """A glob matches the whole id or the test's name (``test_tiny*``); plain text, any part."""
     if pattern is None:
         return True
     if any(c in pattern for c in "*?["):
-        return fnmatch.fnmatchcase(test, pattern)
+        return fnmatch.fnmatchcase(test, pattern) or fnmatch.fnmatchcase(_name(test), pattern)
     return pattern in test
 
 

@@ -6,14 +6,70 @@ import html
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from ..verdict.baselines import write_atomic
 from .text import COLUMNS, citations, counts, headline, rows
 
 REPORT_FORMAT = "pytest-hpml-report/1"
 MARKDOWN_COLUMNS = (*COLUMNS, "reason")
+
+
+def check_paths(chosen: Any, recording: bool, root: Path) -> None:
+    """Stop before any test runs if a report or (when recording) the baseline directory cannot
+    be written: found at the end, the measurements of the whole run would be lost."""
+    for dest in ("report", "report_md", "report_html"):
+        given = getattr(chosen, dest)
+        problem = given and _file_problem(Path(root, given))
+        if problem:
+            raise pytest.UsageError(f"{_where(chosen, dest)}: {given} {problem}")
+    if recording:
+        directory = Path(root, chosen.baseline_dir)
+        where = _where(chosen, "baseline_dir")
+        if directory.exists() and not directory.is_dir():
+            raise pytest.UsageError(f"{where}: {chosen.baseline_dir} is a file, not a directory")
+        problem = _creatable(directory)
+        if problem:
+            raise pytest.UsageError(f"{where}: {chosen.baseline_dir} {problem}")
+
+
+def _where(chosen: Any, dest: str) -> str:
+    """Where a setting came from: its option, variable or ini key (the option by default)."""
+    source = chosen.sources.get(dest, "default")
+    return f"--hpml-{dest.replace('_', '-')}" if source == "default" else source
+
+
+def _file_problem(path: Path) -> str | None:
+    if path.is_dir():
+        return "is a directory; name a file in it"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "cannot be written (read-only)"
+    return _creatable(path.parent)
+
+
+def _creatable(directory: Path) -> str | None:
+    """Why ``directory`` cannot be made or written, or None."""
+    existing = directory
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"cannot be created: {existing} is a file"
+    if not os.access(existing, os.W_OK):
+        return f"cannot be written: {existing} is read-only"
+    return None
+
+
+def keep(document: dict[str, Any]) -> str:
+    """Write ``document`` where it can always be written (the temporary directory); returns
+    the path, for the message that says a write failed."""
+    handle, path = tempfile.mkstemp(prefix="pytest-hpml-results-", suffix=".json")
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        out.write(json.dumps(document, indent=1, sort_keys=True) + "\n")
+    return path
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:

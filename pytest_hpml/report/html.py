@@ -3,7 +3,7 @@ benchmark, this run's samples beside the baseline's.
 
 One self-contained file (inline styles, plots as base64 PNG) so that it still reads after being
 uploaded as a CI artifact. matplotlib is imported only when a report is drawn: the plugin must
-not pay for it, and it is an optional dependency (``pip install 'pytest-hpml[report]'``).
+not pay for it, and it is an optional dependency (the ``report`` extra: matplotlib).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ COLOURS = {
     stats.NO_BASELINE: "#9e9e9e",
     stats.RECORDED: "#607d8b",
 }
-INSTALL_HINT = "pip install 'pytest-hpml[report]' (or pip install matplotlib)"
+INSTALL_HINT = "pip install matplotlib (pytest-hpml's 'report' extra)"
 
 STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto;

@@ -22,6 +22,11 @@ def finish(session: pytest.Session, verdicts: Verdicts) -> None:
     write_reports(verdicts)
     if verdicts.recording:
         verdicts.written = verdicts.write()
+    if verdicts.unwritten:  # nothing measured is lost: kept where it can be written
+        kept = files.keep(document(verdicts))
+        verdicts.errors += [
+            f"{what}; the measurements are kept in {kept}" for what in verdicts.unwritten
+        ]
     if verdicts.failing and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -40,7 +45,10 @@ def write_reports(verdicts: Verdicts) -> None:
     for path, write in writers:
         if path:
             made = made or document(verdicts)
-            write(Path(root, path), made)
+            try:
+                write(Path(root, path), made)
+            except OSError as exc:
+                verdicts.unwritten.append(f"cannot write {path}: {exc.strerror or exc}")
 
 
 def document(verdicts: Verdicts) -> dict[str, Any]:
@@ -84,6 +92,9 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
             + " ".join(shlex.quote(test) for test in improved)  # ids with [...] for a shell
         )
     _processes(reporter, verdicts)
+    elsewhere = verdicts.other_machines()
+    if elsewhere:
+        reporter.write_line(f"hpml: {elsewhere}", yellow=True)
     for path in verdicts.written:
         reporter.write_line(f"hpml: baselines recorded in {path}")
     for error in verdicts.errors:

@@ -34,7 +34,10 @@ def slug(text: str) -> str:
 
 
 def machine_path(directory: Path, fp: Fingerprint) -> Path:
-    return directory / f"machine-{slug(fp.label)}-{fp.id}.json"
+    """The time-baseline file of this machine: found by its fingerprint id, whatever name it
+    was recorded under (``--hpml-machine`` only labels it); a new one is named after it."""
+    found = sorted(directory.glob(f"machine-*-{fp.id}.json"))
+    return found[0] if found else directory / f"machine-{slug(fp.label)}-{fp.id}.json"
 
 
 def portable_path(directory: Path, fp: Fingerprint) -> Path:
@@ -152,7 +155,9 @@ def locked(path: Path) -> Iterator[None]:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` in one step: readers see the old file or the new one."""
+    """Replace ``path`` with ``text`` in one step: readers see the old file or the new one. A
+    link is followed: the file it points to is replaced, the link stays."""
+    path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -185,6 +190,7 @@ def merge(
     Metrics and tests not in ``updates`` are kept; ``combine(old, new)`` decides what a metric
     that is already there becomes (default: the new record). A broken file is never overwritten.
     """
+    path = Path(os.path.realpath(path))  # a linked file: update what it points to
     with locked(path):
         data = load(path)
         for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a killed writer

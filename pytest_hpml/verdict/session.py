@@ -44,6 +44,7 @@ class Verdicts:
         self.errors: list[str] = []
         self._files: dict[Path, dict[str, Any] | None] = {}
         self.written: list[Path] = []
+        self.unwritten: list[str] = []  # what could not be written, and why
         self.reruns: reruns.Reruns | None = None
         self.process_count = 1
 
@@ -195,9 +196,41 @@ class Verdicts:
                 )
             except baselines.BaselineError as exc:
                 self.errors.append(f"{exc} (not overwritten)")
+            except OSError as exc:
+                self.unwritten.append(f"cannot write baseline file {path}: {exc.strerror or exc}")
             else:
                 written.append(path)
         return written
+
+    def other_machines(self) -> str | None:
+        """When sampled metrics found no baseline because this machine's fingerprint has no
+        file but other machines' do: which, and how the nearest differs. None otherwise."""
+        if self.duty.baseline != "compare":
+            return None
+        mine = baselines.machine_path(self.directory, self.fingerprint)
+        missing = any(
+            is_sampled(r["metrics"][name]) and v["verdict"] == stats.NO_BASELINE
+            for r in self.results
+            for name, v in r["verdicts"].items()
+        )
+        if mine.exists() or not missing:
+            return None
+        stored = []
+        for path in sorted(self.directory.glob("machine-*.json")):
+            try:
+                theirs = fingerprint.Fingerprint.from_dict(baselines.load(path)["fingerprint"])
+            except (baselines.BaselineError, KeyError, TypeError):
+                continue
+            stored.append((self.fingerprint.differences(theirs), path.name))
+        if not stored:
+            return None
+        differences, name = min(stored, key=lambda found: len(found[0]))
+        return (
+            f"no time baselines for this machine ({self.fingerprint.label}, id "
+            f"{self.fingerprint.id}); {len(stored)} other machine(s) stored, the nearest "
+            f"{name}, which differs in {'; '.join(differences)}. Record here with "
+            "--hpml-baseline=update, or key baselines your own way (pytest_hpml_fingerprint)"
+        )
 
     def unit(self, test: str, name: str) -> str:
         return next(r["metrics"][name]["unit"] for r in self.results if r["test"] == test)
