@@ -70,9 +70,10 @@ def pytest_configure(config: pytest.Config) -> None:
         gpus.take_slice(config)  # an xdist worker sees only its GPUs, before CUDA starts here
         gpus.schedule(config)
         if gpus.share(config) is not None:
-            from .dist.distributed import SharedGpus
+            from .dist.distributed import HeldGpus, SharedGpus
 
             config.pluginmanager.register(SharedGpus(budget), "hpml-gpu-share")
+            config.pluginmanager.register(HeldGpus(), "hpml-gpu-hold")
     if chosen.report_html:
         from .report.html import check_html
 

@@ -36,17 +36,37 @@ import time
 import pytest
 
 
-def use(record):
+# Whether this worker holds the lock of each of its GPUs while its test runs (None in a
+# process started apart, which the lease holds for it).
+def held(config):
+    import fcntl
+
+    locks = getattr(config, "workerinput", {}).get("hpml_gpu_locks")
+    if locks is None:
+        return None
+    found = []
+    for gpu in os.environ["CUDA_VISIBLE_DEVICES"].split(","):
+        with open(os.path.join(locks, f"gpu-{gpu}.lock"), "w") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                found.append(True)
+            else:
+                found.append(False)
+    return all(found)
+
+
+def use(record, config=None):
     start = time.time()
     time.sleep(0.4)
     record(gpus=os.environ.get("CUDA_VISIBLE_DEVICES"), start=start, end=time.time(),
-           worker=os.environ.get("PYTEST_XDIST_WORKER"))
+           worker=os.environ.get("PYTEST_XDIST_WORKER"), held=config and held(config))
 
 
 @pytest.mark.gpu(count=1)
 @pytest.mark.parametrize("i", range(6))
-def test_small(i, record):
-    use(record)
+def test_small(i, record, request):
+    use(record, request.config)
 
 
 @pytest.mark.gpu(count=3)
@@ -96,8 +116,9 @@ def test_xdist_workers_get_disjoint_gpus_and_big_tests_wait_for_free_ones(
     small = [r for r in records if r["test"].startswith("test_small")]
     [big] = [r for r in records if r["test"] == "test_big"]
     assert {r["gpus"] for r in small} <= {"0,1", "2,3"}
-    for r in small:  # each worker its own slice
+    for r in small:  # each worker its own slice, held while the test runs
         assert r["gpus"] == {"gw0": "0,1", "gw1": "2,3"}[r["worker"]]
+        assert r["held"] is True, r
     assert len(big["gpus"].split(",")) == 3
     for r in small:  # never two tests on one GPU at once
         shared = set(r["gpus"].split(",")) & set(big["gpus"].split(","))

@@ -503,7 +503,7 @@ HOSTILE_ID = "test_x.py::test_y[a`b|c<img src=x onerror=alert(1)>]"
 
 def hostile_document(stored: Path) -> dict[str, Any]:
     """A report a pull request could craft: markup in the test id, the counts and an error."""
-    document = make_document(stored)
+    document = json.loads(json.dumps(make_document(stored)))
     document["results"][0]["test"] = HOSTILE_ID
     document["counts"] = {"pass": "<script>alert(1)</script>"}  # and no regression, it says
     document["errors"] = ["<script>alert(2)</script>"]
@@ -536,7 +536,7 @@ def test_the_markdown_summary_lets_no_name_out_of_its_cell(stored: Path) -> None
             lambda r: r["verdicts"]["time"].update(verdict="<b>fine</b>"),
             "is '<b>fine</b>', not one",
         ),
-        (lambda r: r["verdicts"]["time"].update(change="+3%"), "not a finite number"),
+        (lambda r: r["verdicts"]["time"].update(change="+3%"), "has a value that is not a number"),
         (lambda r: r["metrics"]["time"].update(samples=[float("nan")]), "positive finite numbers"),
         (lambda r: r.update(test=["not", "text"]), "its test id is not a string"),
     ],
@@ -545,7 +545,7 @@ def test_the_markdown_summary_lets_no_name_out_of_its_cell(stored: Path) -> None
 def test_a_report_with_a_value_of_the_wrong_shape_is_refused_in_one_line(
     tmp_path: Path, stored: Path, capsys: pytest.CaptureFixture[str], change: Any, problem: str
 ) -> None:
-    document = make_document(stored)
+    document = json.loads(json.dumps(make_document(stored)))  # a copy: CASES stay as they are
     change(document["results"][0])
     path = tmp_path / "crafted.json"
     path.write_text(json.dumps(document), encoding="utf-8")
@@ -554,3 +554,29 @@ def test_a_report_with_a_value_of_the_wrong_shape_is_refused_in_one_line(
     assert err.startswith(f"pytest-hpml: error: {path} is not a pytest-hpml report (result ")
     assert problem in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_count_that_grows_from_zero_renders(
+    tmp_path: Path, stored: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = make_document(stored)
+    breaks = dataclasses.asdict(judge_metric(counted(1), counted(0), 0.1))
+    assert breaks["change"] == float("inf")  # what the plugin writes for 0 -> 1 graph breaks
+    document["results"][0]["metrics"]["graph_breaks"] = counted(1)
+    document["results"][0]["verdicts"]["graph_breaks"] = breaks
+    path = tmp_path / "breaks.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    code, _, err = run_cli(capsys, "render", path, "--md", tmp_path / "out.md")
+    assert (code, err) == (0, ""), err
+
+
+@pytest.mark.parametrize(
+    ("record", "problem"),
+    [
+        ({"processes": {"not": "a list"}}, "processes and earlier must be lists"),
+        ({"earlier": [{"reference": [0.1]}]}, "a process run is not an object with a list of"),
+        ({"processes": ["run"]}, "a process run is not an object with a list of samples"),
+    ],
+)
+def test_a_stored_record_of_the_wrong_shape_is_named(record: dict[str, Any], problem: str) -> None:
+    assert problem in (baselines.record_problem({**timed(1e-3), **record}) or "")

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import pytest
 
@@ -22,8 +21,7 @@ from .. import _compat
 from ..config import markers
 
 
-@dataclass(frozen=True)
-class BenchSession:
+class BenchSession(NamedTuple):
     """The benchmark fixture's collaborators, set up by the plugin."""
 
     budget: Callable[[str], float]  # seconds of rounds for a test id, in this process

@@ -7,13 +7,12 @@ hardware a marker asks for is looked at only when its test is set up, never at i
 from __future__ import annotations
 
 import inspect
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from .options import DEVICE_TYPES, PRECISIONS
+from .options import DEVICE_TYPES, PRECISIONS, number
 
 MARKERS = {
     "gpu": "gpu(count=1, memory_gb=None, capability=None): skip unless at least `count` CUDA "
@@ -78,11 +77,6 @@ def _bind(mark: pytest.Mark, signature_of: Any) -> inspect.BoundArguments:
     return bound
 
 
-def _number(value: Any) -> bool:
-    """A finite int or float (not a bool, not nan or inf)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _hpml_bench(threshold: float | None = None, batch_size: int | None = None) -> None:
     """The signature ``@pytest.mark.hpml_bench`` is bound against."""
 
@@ -93,7 +87,7 @@ def bench_settings(mark: pytest.Mark | None) -> tuple[float | None, int | None]:
         return None, None
     args = _bind(mark, _hpml_bench).arguments
     threshold, batch_size = args["threshold"], args["batch_size"]
-    if threshold is not None and not (_number(threshold) and 0 < threshold < 1):
+    if threshold is not None and not (number(threshold) and 0 < threshold < 1):
         raise MarkerError(
             f"threshold must be a fraction between 0 and 1 such as 0.05 (5%), got {threshold!r}"
         )
@@ -118,7 +112,7 @@ def distributed_settings(mark: pytest.Mark) -> tuple[int, str | None, float | No
         raise MarkerError(
             f"unknown backend {backend!r}; choose from {', '.join(DIST_BACKEND_NAMES)}"
         )
-    if timeout is not None and not (_number(timeout) and timeout > 0):
+    if timeout is not None and not (number(timeout) and timeout > 0):
         raise MarkerError(f"timeout must be a positive number of seconds, got {timeout!r}")
     return world_size, backend, None if timeout is None else float(timeout)
 
@@ -129,7 +123,7 @@ def gpu_requirement(mark: pytest.Mark) -> GpuRequirement:
     count, memory_gb, capability = args["count"], args["memory_gb"], args["capability"]
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise MarkerError(f"count must be a positive integer, got {count!r}")
-    if memory_gb is not None and not (_number(memory_gb) and memory_gb > 0):
+    if memory_gb is not None and not (number(memory_gb) and memory_gb > 0):
         raise MarkerError(f"memory_gb must be a positive number of GiB, got {memory_gb!r}")
     if capability is not None:
         capability = _capability(capability)

@@ -13,8 +13,7 @@ import argparse
 import math
 import os
 import re
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import pytest
 
@@ -28,6 +27,12 @@ BASELINE_MODES = ("compare", "update", "append", "off")
 
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 _BACKEND = re.compile(r"[A-Za-z_][\w.]*")
+
+
+def number(value: Any, positive: bool = False) -> bool:
+    """A finite int or float (not a bool), and above 0 if ``positive``."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return ok and (value > 0 if positive else True)
 
 
 def _items(value: str) -> list[str]:
@@ -205,8 +210,7 @@ def parse_bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
-@dataclass(frozen=True)
-class Option:
+class Option(NamedTuple):
     """One setting, reachable as ``--hpml-NAME``, ini ``hpml_NAME`` and env ``HPML_NAME``."""
 
     name: str
@@ -391,8 +395,7 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):
     """The resolved values of every option, and where each one came from."""
 
     devices: tuple[str, ...]
@@ -413,7 +416,7 @@ class Settings:
     report_md: str
     report_html: str
     run_slow: bool
-    sources: dict[str, str] = field(default_factory=dict, compare=False)
+    sources: dict[str, str]  # option -> where its value came from
 
 
 SETTINGS_KEY = pytest.StashKey[Settings]()

@@ -17,9 +17,8 @@ import enum
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -46,8 +45,7 @@ class Role(enum.Enum):
     RANK = "rank"  # one rank of a distributed test; rank 0 or the parent reports
 
 
-@dataclass(frozen=True)
-class Launch:
+class Launch(NamedTuple):
     """This process's place among the ranks, when it is one."""
 
     rank: int
@@ -111,8 +109,7 @@ def is_controller(config: pytest.Config) -> bool:
     return role(config) is Role.CONTROLLER
 
 
-@dataclass(frozen=True)
-class Duty:
+class Duty(NamedTuple):
     """What this process does with the user's settings, given its role."""
 
     baseline: str  # the baseline mode in force here: "off" in a rerun

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import dataclasses
 import datetime
 import faulthandler
 import hashlib
@@ -274,9 +273,14 @@ class SharedGpus:
         distributed test in ranks of its own)."""
         return spawn_protocol(item, nextitem, self.budget)
 
-    @pytest.hookimpl(wrapper=True, specname="pytest_runtest_protocol")
-    def hold_gpus(self, item: pytest.Item) -> Iterator[None]:
-        """Hold this worker's GPUs while a test that uses them runs."""
+
+class HeldGpus:
+    """Beside :class:`SharedGpus`: holds the worker's GPUs while a test that fits on them runs.
+    An object of its own because pytest takes only ``pytest_*`` names as hooks, and the
+    wrapper and the protocol above are two implementations of one hook."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
         with gpus_held(item):
             return (yield)
 

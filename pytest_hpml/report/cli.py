@@ -15,12 +15,14 @@ import argparse
 import difflib
 import fnmatch
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..bench.metrics import kind_of, per_second
+from ..config.options import number
 from ..verdict import baselines, judge, stats
 from ..verdict.baselines import BaselineError
 from . import files, text
@@ -107,6 +109,10 @@ def _report_problem(data: Any) -> str | None:
     return None
 
 
+def finite_or_infinite(value: Any) -> bool:
+    return number(value) or (isinstance(value, float) and math.isinf(value))
+
+
 # A verdict's numeric fields: a number or null, nothing else.
 _VERDICT_NUMBERS = ("baseline", "current", "change", "confidence", "threshold", "raw_change")
 
@@ -130,8 +136,9 @@ def _result_problem(result: dict[str, Any]) -> str | None:
         if verdict.get("verdict") not in stats.VERDICTS:
             return f"verdict {name!r} is {verdict.get('verdict')!r}, not one of {stats.VERDICTS}"
         numbers = [verdict.get(key) for key in _VERDICT_NUMBERS]
-        if not all(v is None or baselines.number(v) for v in numbers):
-            return f"verdict {name!r} has a value that is not a finite number"
+        # a count that grows from 0 changes by +inf: only NaN and non-numbers are refused
+        if not all(v is None or finite_or_infinite(v) for v in numbers):
+            return f"verdict {name!r} has a value that is not a number"
         if not isinstance(verdict.get("reason", ""), str):
             return f"verdict {name!r} has a reason that is not text"
     return None

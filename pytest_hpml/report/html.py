@@ -102,7 +102,7 @@ def stored_baselines(document: dict[str, Any], directory: Path | None = None) ->
     of an update run would find its own samples there, so only compare runs are looked up.
     """
     from ..hardware.fingerprint import Fingerprint
-    from ..verdict.baselines import BaselineError, load, machine_path
+    from ..verdict.baselines import BaselineError, load, machine_path, unusable
 
     if directory is None:
         if document.get("baseline_mode") != "compare" or not document.get("baseline_dir"):
@@ -110,9 +110,11 @@ def stored_baselines(document: dict[str, Any], directory: Path | None = None) ->
         directory = Path(document["baseline_dir"])
     path = machine_path(directory, Fingerprint.from_dict(document["fingerprint"]))
     try:
-        return load(path)["entries"]
+        data = load(path)
     except BaselineError:
         return {}  # the run reported it already; the plots just lack the baseline
+    unusable(data)  # never plotted, as never judged (the run or the CLI names them)
+    return data["entries"]
 
 
 def _figure_class() -> Any:

@@ -49,6 +49,8 @@ def write_reports(verdicts: Verdicts) -> None:
                 write(Path(root, path), made)
             except OSError as exc:
                 verdicts.unwritten.append(f"cannot write {path}: {exc.strerror or exc}")
+            except Exception as exc:  # a report that cannot be drawn must not lose the run
+                verdicts.unwritten.append(f"cannot write {path}: {type(exc).__name__}: {exc}")
 
 
 def document(verdicts: Verdicts) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 import tempfile
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..bench.metrics import kind_of
+from ..config.options import number
 from ..hardware.fingerprint import Fingerprint
 
 FORMAT = "pytest-hpml-baselines/1"
@@ -82,12 +82,6 @@ def _shape_problem(data: Any) -> str | None:
     return None
 
 
-def number(value: Any, positive: bool = False) -> bool:
-    """A finite int or float (not a bool), and above 0 if ``positive``."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return ok and (value > 0 if positive else True)
-
-
 def record_problem(record: dict[str, Any]) -> str | None:
     """What makes a stored metric record unusable (NaN, infinity, strings, zero times, an
     unknown kind), or None. Checked on every record read, so none is judged against."""
@@ -100,10 +94,12 @@ def record_problem(record: dict[str, Any]) -> str | None:
         if not number(record.get("tolerance", 0.0)) or record.get("tolerance", 0.0) < 0:
             return f"tolerance {record.get('tolerance')!r} is not a number >= 0"
         return None
-    process_runs = [record, *record.get("processes", ()), *record.get("earlier", ())]
-    for run in process_runs:
-        if not isinstance(run, dict):
-            return "a process run is not an object"
+    others = [record.get(key, []) for key in ("processes", "earlier")]
+    if not all(isinstance(runs, list) for runs in others):
+        return "processes and earlier must be lists of process runs"
+    for run in [record, *others[0], *others[1]]:
+        if not isinstance(run, dict) or not isinstance(run.get("samples"), list):
+            return "a process run is not an object with a list of samples"
         for key in ("samples", "reference"):
             values = run.get(key, [])
             if not isinstance(values, list) or not all(number(v, True) for v in values):

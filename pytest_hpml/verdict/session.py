@@ -219,7 +219,7 @@ class Verdicts:
         for path in sorted(self.directory.glob("machine-*.json")):
             try:
                 theirs = fingerprint.Fingerprint.from_dict(baselines.load(path)["fingerprint"])
-            except (baselines.BaselineError, KeyError, TypeError):
+            except (baselines.BaselineError, KeyError, TypeError, AttributeError):
                 continue
             stored.append((self.fingerprint.differences(theirs), path.name))
         if not stored:
