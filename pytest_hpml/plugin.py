@@ -96,9 +96,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 @pytest.hookimpl
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Check the test's hpml markers and parametrize the hpml fixtures it uses."""
+    if markers.problem(metafunc.definition):  # the test fails at setup, saying what is wrong
+        return
     from .fixtures.fixtures import parametrize
 
-    markers.check(metafunc.definition)
     parametrize(metafunc)
 
 
@@ -139,7 +140,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Skip a @pytest.mark.gpu test unless the GPUs it asks for are visible."""
+    """Fail a test whose hpml marks are wrong; skip a @pytest.mark.gpu test unless the GPUs it
+    asks for are visible."""
+    wrong = markers.problem(item)
+    if wrong:
+        pytest.fail(f"{item.nodeid}: {wrong}", pytrace=False)
     mark = item.get_closest_marker("gpu")
     if mark is None:
         return

@@ -227,14 +227,18 @@ def test_nccl(rank):
         ("2, 'gloo', 5, 6", "too many positional arguments"),
     ],
 )
-def test_wrong_marker_arguments_are_a_collection_error(
+def test_wrong_marker_arguments_fail_the_test_in_place_without_spawning_ranks(
     project: Project, args: str, said: str
 ) -> None:
     source = f"import pytest\n\n\n@pytest.mark.distributed({args})\ndef test_x():\n    pass\n"
     _project(project, source)
     result = project.run()
-    assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines([f"*wrong @pytest.mark.distributed: {said}*"])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [f"*test_inner.py::test_x: wrong @pytest.mark.distributed: {said}*"]
+    )
+    assert "rank 0" not in result.stdout.str()  # no rank was started for it
 
 
 def test_the_rank_fixture_outside_a_distributed_test_says_what_is_missing(

@@ -143,11 +143,45 @@ def test_wrong_marker_is_a_collection_error_naming_the_test(
 ) -> None:
     project.write_tests(f"import pytest\n\n\n@pytest.mark.{mark}\ndef test_marked():\n    pass\n")
     result = project.run()
-    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(errors=1)
     name = mark.partition("(")[0]
-    result.stdout.fnmatch_lines([f"test_inner.py::test_marked: wrong @pytest.mark.{name}: *"])
+    result.stdout.fnmatch_lines([f"*test_inner.py::test_marked: wrong @pytest.mark.{name}: *"])
     output = result.stdout.str()
     assert message in output
     assert "Traceback" not in output
     assert "pytest_hpml" not in output
+
+
+SEVERAL_WRONG = """
+import pytest
+
+
+@pytest.mark.gpu(count=0)
+def test_no_gpus():
+    pass
+
+
+@pytest.mark.precision("fp8x")
+def test_fp8(precision):
+    pass
+
+
+def test_good():
+    pass
+"""
+
+
+def test_every_wrong_marker_of_a_file_is_reported_and_the_others_still_run(
+    project: Project,
+) -> None:
+    project.write_tests(SEVERAL_WRONG)
+    result = project.run()
+    result.assert_outcomes(passed=1, errors=2)
+    result.stdout.fnmatch_lines_random(
+        [
+            "*test_inner.py::test_no_gpus: wrong @pytest.mark.gpu: count must be a positive*",
+            "*test_inner.py::test_fp8: wrong @pytest.mark.precision: unknown precision 'fp8x'*",
+        ]
+    )
+    project.run("-k", "good").assert_outcomes(passed=1)

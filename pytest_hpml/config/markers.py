@@ -1,6 +1,6 @@
 """Markers of pytest-hpml: their registration, argument checks and evaluation.
 
-Arguments are checked at collection (a wrong one is a collection error naming the test); the
+Arguments are checked at collection and at setup (a wrong one fails its test, named); the
 hardware a marker asks for is looked at only when its test is set up, never at import.
 """
 
@@ -161,9 +161,13 @@ def allowed(node: pytest.Item | Any, name: str) -> tuple[str, ...] | None:
     return _names(mark, DEVICE_TYPES, "device type")
 
 
-def check(definition: pytest.Function | Any) -> None:
-    """Check every hpml mark on a test, raising a collection error that names it."""
-    for mark in definition.iter_markers():
+def problem(node: pytest.Function | Any) -> str | None:
+    """What is wrong with the hpml marks of a test ("wrong @pytest.mark.gpu: ..."), or None.
+
+    Asked at collection (a test with a wrong mark is not parametrized) and again when the
+    test is set up, where it fails that test alone: every wrong mark of a run is reported,
+    each naming its test, and ``-k`` still selects the others of the file."""
+    for mark in node.iter_markers():
         try:
             if mark.name == "gpu":
                 gpu_requirement(mark)
@@ -176,19 +180,20 @@ def check(definition: pytest.Function | Any) -> None:
             elif mark.name == "slow" and (mark.args or mark.kwargs):
                 raise MarkerError("slow takes no arguments")
         except MarkerError as exc:
-            raise pytest.Collector.CollectError(
-                f"{definition.nodeid}: wrong @pytest.mark.{mark.name}: {exc}"
-            ) from None
+            return f"wrong @pytest.mark.{mark.name}: {exc}"
+    return None
 
 
 def deselect_slow(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Drop tests marked slow, unless ``-m`` names the marker (then the user chose them)."""
+    """Drop tests marked slow, unless ``-m`` names the marker (then the user chose them). A
+    test with a wrong mark stays, so that its setup says what is wrong."""
     if "slow" in (config.option.markexpr or ""):
         return
-    slow = [item for item in items if item.get_closest_marker("slow")]
+    slow = [item for item in items if item.get_closest_marker("slow") and not problem(item)]
     if slow:
         config.hook.pytest_deselected(items=slow)
-        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+        dropped = set(map(id, slow))
+        items[:] = [item for item in items if id(item) not in dropped]
 
 
 def gpu_skip_reason(req: GpuRequirement, hardware: Any) -> str | None:

@@ -72,9 +72,10 @@ class Spec:
 
 
 def spec(item: pytest.Item) -> Spec | None:
-    """The resolved marker of a distributed test; None for other tests."""
+    """The resolved marker of a distributed test; None for other tests, and for a test whose
+    marks are wrong (it runs here and fails at its setup, saying what is wrong)."""
     mark = item.get_closest_marker("distributed")
-    if mark is None:
+    if mark is None or markers.problem(item):
         return None
     world_size, backend, timeout = markers.distributed_settings(mark)
     chosen = settings(item.config)
@@ -235,6 +236,8 @@ def _tear_down_before(item: pytest.Item, nextitem: pytest.Item | None) -> None:
 
 def gpus_needed(item: pytest.Item, asked: Spec | None) -> int:
     """GPUs a test uses at once: its gpu mark's count, an nccl test's ranks, one on cuda."""
+    if markers.problem(item):
+        return 0  # it fails at its setup
     need = 0
     mark = item.get_closest_marker("gpu")
     if mark is not None:
