@@ -73,8 +73,11 @@ def test_a_test_that_only_records_counts_used_the_fixture(project: Project) -> N
 def test_recorded_benchmark_is_compared_by_default_on_the_next_run(recorded: Project) -> None:
     result = recorded.bench(THRESHOLD)
     assert result.ret == pytest.ExitCode.OK
-    assert recorded.verdicts(result) == {WORK_TIME: "pass"}
-    result.stdout.fnmatch_lines(["hpml: 1 pass; baselines: * (compare)"])
+    # Compared, not "no-baseline": unchanged work passes, or, when a neighbour disturbed the
+    # reference workload in one of the two runs (seen once on a busy machine: raw -5%, +329%
+    # in reference units), is inconclusive, which does not fail the run.
+    assert recorded.verdicts(result)[WORK_TIME] in ("pass", "inconclusive")
+    result.stdout.fnmatch_lines(["hpml: 1 * baselines: * (compare)"])
 
 
 def test_without_a_baseline_the_verdict_is_no_baseline_and_nothing_is_written(

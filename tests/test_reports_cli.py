@@ -337,6 +337,11 @@ def test_diff_of_baselines_and_a_report(
     assert change == pytest.approx(50, abs=5)
     assert rows[ODD_ID, "time"][0] == "-"
     assert rows[ODD_ID, "time"][3] == "added"
+    # like with like: the report's portable counts live in the portable file, not "added" here
+    assert ("test_a.py::test_slower", "params") not in rows
+    code, out, _ = run_cli(capsys, "diff", baselines.portable_path(stored, FINGERPRINT), report)
+    rows = {tuple(line.split()[:2]): line.split()[2:] for line in out.splitlines()[1:]}
+    assert set(rows) == {("test_a.py::test_slower", "params")}
 
 
 def test_render_writes_markdown_and_html(
@@ -580,3 +585,14 @@ def test_a_count_that_grows_from_zero_renders(
 )
 def test_a_stored_record_of_the_wrong_shape_is_named(record: dict[str, Any], problem: str) -> None:
     assert problem in (baselines.record_problem({**timed(1e-3), **record}) or "")
+
+
+def test_a_very_long_test_id_is_cut_in_the_table_and_whole_on_hover(stored: Path) -> None:
+    document = json.loads(json.dumps(make_document(stored)))
+    long_id = "test_a.py::test_long[" + "x" * 5000 + "<b>]"
+    document["results"][0]["test"] = long_id
+    page = hpml_html.render(document, {})
+    cell = re.search(r"<td class='test' title=\"([^\"]*)\">([^<]*)</td>", page)
+    assert cell is not None
+    assert cell.group(1) == html.escape(long_id, quote=True)
+    assert len(html.unescape(cell.group(2))) <= hpml_html.LONG_ID + 1

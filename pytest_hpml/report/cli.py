@@ -176,6 +176,14 @@ def load_entries(path: Path) -> Entries:
     return data["entries"]
 
 
+def _stores_portable(path: Path) -> bool | None:
+    """What a baseline file holds: portable records (True), one machine's (False); None for a
+    JSON report, which holds both."""
+    if _is_report(path):
+        return None
+    return "fingerprint" not in baselines.load(path)
+
+
 def center(record: dict[str, Any]) -> float | None:
     """The number that stands for a record: its samples' median (every process run), or its
     value."""
@@ -271,6 +279,15 @@ def _record_row(test: str, name: str, record: dict[str, Any]) -> dict[str, str]:
 
 def run_diff(args: argparse.Namespace) -> int:
     old, new = load_entries(args.old), load_entries(args.new)
+    # Like with like: against a machine file, a report's portable counts are not "added" (they
+    # live in the portable file), and against a portable file its times are not either.
+    kinds = {path: _stores_portable(path) for path in (args.old, args.new)}
+    for side, path, other in ((args.old, args.new, new), (args.new, args.old, old)):
+        portable = kinds[side]
+        if portable is not None and kinds[path] is None:  # a baseline file against a report
+            for metrics in other.values():
+                for name in [n for n, r in metrics.items() if bool(r.get("portable")) != portable]:
+                    del metrics[name]
     body = []
     for test in sorted(old.keys() | new.keys()):
         before, after = old.get(test, {}), new.get(test, {})

@@ -33,6 +33,7 @@ COLOURS = {
     stats.NO_BASELINE: "#9e9e9e",
     stats.RECORDED: "#607d8b",
 }
+LONG_ID = 160  # characters of a test id shown in the table; longer ones are cut in the middle
 INSTALL_HINT = "pip install matplotlib (pytest-hpml's 'report' extra)"
 
 STYLE = """
@@ -173,7 +174,11 @@ def _cells(row: dict[str, str]) -> list[str]:
     cells = []
     for column in reports.COLUMNS:
         value = html.escape(row[column])
-        if column == "test":
+        if column == "test" and len(row[column]) > LONG_ID:  # the whole id on hover
+            full = html.escape(row[column], quote=True)
+            shown = html.escape(_short(row[column], LONG_ID))
+            cells.append(f"<td class='test' title=\"{full}\">{shown}</td>")
+        elif column == "test":
             cells.append(f"<td class='test'>{value}</td>")
         elif column == "metric":
             cells.append(f"<td>{value}</td>")
