@@ -98,6 +98,26 @@ def runtestprotocol(item: pytest.Item, nextitem: pytest.Item | None) -> list[pyt
     return protocol(item, log=False, nextitem=nextitem)
 
 
+def fail_in_last_line(config: pytest.Config, outcomes: dict[str, list[pytest.TestReport]]) -> None:
+    """Count ``outcomes`` (e.g. ``{"regressed": [report, ...]}``) in pytest's last line and
+    make that line red, as it is for failed tests: the session's exit status is 1 because of
+    them, and a green "N passed" beside exit status 1 tells the user the opposite of what
+    happened. pytest colours only its own outcomes red; the colour table and the line's colour
+    are private."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    shown = {name: reports for name, reports in outcomes.items() if reports}
+    if reporter is None or not shown:
+        return
+    from _pytest import terminal
+
+    colors = _require(terminal, "_color_for_type", "pytest", PYTEST)
+    _require(reporter, "_determine_main_color", "pytest", PYTEST)
+    for name, reports in shown.items():
+        reporter.stats.setdefault(name, []).extend(reports)
+        colors[name] = "red"
+    reporter._determine_main_color = lambda unknown_type_seen: "red"
+
+
 # --------------------------------------------------------------------------- pytest-benchmark
 
 

@@ -158,6 +158,23 @@ def test_too_few_rounds_are_inconclusive(project: Project) -> None:
     assert project.verdicts(result) == {WORK_TIME: "inconclusive"}
 
 
+def test_the_hpml_table_says_how_its_times_differ_from_pytest_benchmarks(
+    project: Project,
+) -> None:
+    project.write_tests(WORK + count_tests(1))
+    result = project.bench("--hpml-baseline=update")
+    result.stdout.fnmatch_lines(
+        [
+            "*hpml benchmarks*",
+            "hpml: times are medians over the rounds of 1 process(es); "
+            "pytest-benchmark's own table shows this process's rounds only",
+        ]
+    )
+    project.write_tests(count_tests(1))  # counts only: no time to tell apart
+    result = project.run("--hpml-baseline=update")
+    result.stdout.no_fnmatch_line("*times are medians*")
+
+
 def test_changed_count_regresses_exactly(project: Project) -> None:
     project.write_tests(count_tests(1))
     project.run("--hpml-baseline=update")
@@ -166,6 +183,34 @@ def test_changed_count_regresses_exactly(project: Project) -> None:
     result = project.run()
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert project.verdicts(result) == {("test_inner.py::test_0", "n"): "regressed"}
+
+
+def test_pytest_last_line_counts_the_regression_in_red(project: Project) -> None:
+    project.write_tests(count_tests(2))
+    project.run("--hpml-baseline=update")
+    project.monkeypatch.setenv("COUNT", "2")
+    result = project.run("--color=yes")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    last = result.outlines[-1]
+    assert "2 passed" in last
+    assert "2 regressed" in last
+    assert last.startswith("\x1b[31m")  # red, as a failed test makes it, not green
+    project.monkeypatch.delenv("COUNT")
+    result = project.run("--color=yes")
+    assert result.ret == pytest.ExitCode.OK
+    assert "regressed" not in result.outlines[-1]
+    assert result.outlines[-1].startswith("\x1b[32m")
+
+
+def test_update_mode_prints_no_verdict_and_its_last_line_agrees(project: Project) -> None:
+    project.write_tests(count_tests(1))
+    project.run("--hpml-baseline=update")
+    project.monkeypatch.setenv("COUNT", "2")
+    result = project.run("--hpml-baseline=update")
+    assert result.ret == pytest.ExitCode.OK
+    assert project.verdicts(result) == {("test_inner.py::test_0", "n"): "recorded"}
+    assert result.parseoutcomes() == {"passed": 1}
+    result.stdout.no_fnmatch_line("*REGRESSED*")
 
 
 TRACKED = """

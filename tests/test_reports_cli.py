@@ -596,3 +596,29 @@ def test_a_very_long_test_id_is_cut_in_the_table_and_whole_on_hover(stored: Path
     assert cell is not None
     assert cell.group(1) == html.escape(long_id, quote=True)
     assert len(html.unescape(cell.group(2))) <= hpml_html.LONG_ID + 1
+
+
+@pytest.mark.parametrize(
+    ("unit", "samples"),
+    [
+        ("s", [0.01 * 1.5**i for i in range(12)]),  # 10 ms to 860 ms: a log axis in ms
+        ("FLOP/s", [6e10 * 1.4**i for i in range(8)]),  # 60 to 630 GFLOP/s
+        ("s", [0.05 * 1.05**i for i in range(40)]),  # within a decade: minor ticks labelled
+    ],
+)
+def test_log_axis_ticks_are_plain_numbers(unit: str, samples: list[float]) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    figure = Figure()
+    ax = figure.add_subplot()
+    record = {"kind": "rate" if "/" in unit else "time", "unit": unit, "samples": samples}
+    result = {"metrics": {"m": record}, "verdicts": {"m": {"verdict": "no-baseline"}}}
+    hpml_html._panel(ax, "m", result, None)
+    figure.draw_without_rendering()
+    assert ax.get_yscale() == "log"
+    labels = [t.get_text() for t in [*ax.get_yticklabels(), *ax.get_yticklabels(minor=True)]]
+    shown = [label for label in labels if label]
+    assert len(shown) >= 2
+    for label in shown:
+        assert re.fullmatch(r"\d+(\.\d+)?", label), labels

@@ -326,6 +326,7 @@ def _panel(ax: Any, name: str, result: dict[str, Any], base: Mapping[str, Any] |
     log = low > 0 and high / low > 5
     if log:
         ax.set_yscale("log")
+        _plain_ticks(ax.yaxis)
     limits = _pad(low, high, log)
     _strips(ax, values, limits)
     ax.set_xticks(range(1, len(groups) + 1), list(groups), fontsize=8)
@@ -334,6 +335,40 @@ def _panel(ax: Any, name: str, result: dict[str, Any], base: Mapping[str, Any] |
     ax.tick_params(axis="y", which="both", labelsize=8)
     label = verdict.get("verdict", "")
     ax.set_title(_plain(f"{name}: {label}"), fontsize=9, color=COLOURS.get(label, "#222"))
+
+
+def _plain_ticks(axis: Any) -> None:
+    """Log-axis ticks as plain numbers (60, 200, 0.5), not ``6x10^1``: the unit on the axis
+    label already carries the SI prefix (ms, GFLOP/s). The default formatters still choose
+    which ticks get a label, so that minor ticks do not crowd."""
+    for get, put in (
+        (axis.get_major_formatter, axis.set_major_formatter),
+        (axis.get_minor_formatter, axis.set_minor_formatter),
+    ):
+        put(_plain_formatter(get()))
+
+
+def _plain_formatter(chooser: Any) -> Any:
+    from matplotlib.ticker import Formatter
+
+    class Plain(Formatter):
+        def set_axis(self, axis: Any) -> None:
+            super().set_axis(axis)
+            chooser.set_axis(axis)
+
+        def set_locs(self, locs: Any) -> None:
+            super().set_locs(locs)
+            chooser.set_locs(locs)
+
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return plain_number(x) if chooser(x, pos) else ""
+
+    return Plain()
+
+
+def plain_number(x: float) -> str:
+    """A tick value as people write it: 20000, 150, 60, 2.5, 0.05."""
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
 def _groups(record: Mapping[str, Any], base: Mapping[str, Any] | None) -> dict[str, list[float]]:

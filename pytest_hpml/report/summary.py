@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from .. import _compat
+from ..bench.metrics import is_sampled
 from ..verdict import stats
 from ..verdict.session import Verdicts, commit, now
 from . import files, text
@@ -29,6 +31,27 @@ def finish(session: pytest.Session, verdicts: Verdicts) -> None:
         ]
     if verdicts.failing and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if verdicts.failing and verdicts.duty.reports:
+        _compat.fail_in_last_line(session.config, last_line(verdicts))
+
+
+def last_line(verdicts: Verdicts) -> dict[str, list[pytest.TestReport]]:
+    """What fails the session, as pytest's last line counts it (the hpml summary's counts):
+    failed reports that other plugins reading pytest's tallies can take for what they are."""
+    regressed = verdicts.regressed if verdicts.duty.baseline == "compare" else []
+    errors = verdicts.errors
+    return {
+        "regressed": [
+            _failure(test, f"{name} regressed: {text.describe(v, verdicts.unit(test, name))}")
+            for test, name, v in regressed
+        ],
+        "hpml error" if len(errors) == 1 else "hpml errors": [_failure("", e) for e in errors],
+    }
+
+
+def _failure(test: str, message: str) -> pytest.TestReport:
+    where = test.split("::")[0]
+    return pytest.TestReport(test, (where, None, test), {}, "failed", message, "call")
 
 
 def write_reports(verdicts: Verdicts) -> None:
@@ -74,6 +97,11 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
     reporter.write_sep("=", "hpml benchmarks")
     for line in text.table(results):
         reporter.write_line(line)
+    if any(is_sampled(record) for r in results for record in r["metrics"].values()):
+        reporter.write_line(
+            f"hpml: times are medians over the rounds of {verdicts.process_count} process(es); "
+            "pytest-benchmark's own table shows this process's rounds only"
+        )
     cited = text.citations(results)
     if cited:
         reporter.write_line("hpml: published figures beside ours:")
