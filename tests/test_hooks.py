@@ -66,3 +66,36 @@ def test_a_reference_hook_replaces_the_reference_workload(project: Project) -> N
     reference = result["metrics"]["time"]["reference"]
     assert reference
     assert set(reference) == {0.25}
+
+
+CPU_FROM_ENV = (
+    "import dataclasses\n"
+    "import os\n\n"
+    "from pytest_hpml.hardware.devices import hardware\n"
+    "from pytest_hpml.hardware.fingerprint import current\n\n\n"
+    "def pytest_hpml_fingerprint(config):\n"
+    "    return dataclasses.replace(current(hardware(config)), cpu=os.environ['CPU'])\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("recorded", "here", "found"),
+    [
+        ("Intel(R) Xeon(R) Processor", "Intel(R) Xeon(R) Processor @ 2.80GHz", True),
+        ("Intel(R) Xeon(R) Processor @ 2.80GHz", "Intel(R) Xeon(R) Processor", True),
+        ("Intel(R) Xeon(R) Processor", "AMD EPYC", False),
+        ("Intel(R) Xeon(R) CPU E5-2680 v4 @ 2.40GHz", "Intel(R) Xeon(R) CPU E5-2690 v4", False),
+    ],
+)
+def test_a_cpu_with_or_without_its_stated_clock_shares_time_baselines(
+    project: Project, recorded: str, here: str, found: bool
+) -> None:
+    project.pytester.makeconftest(CPU_FROM_ENV)
+    project.write_tests(count_tests(1, portable=False))
+    project.monkeypatch.setenv("CPU", recorded)
+    assert project.run("--hpml-baseline=update").ret == pytest.ExitCode.OK
+    project.monkeypatch.setenv("CPU", here)
+    project.monkeypatch.setenv("COUNT", "2")
+    result = project.run()
+    verdict = "regressed" if found else "no-baseline"
+    assert project.verdicts(result) == {("test_inner.py::test_0", "n"): verdict}

@@ -34,9 +34,14 @@ class Fingerprint:
 
     @property
     def id(self) -> str:
-        """A short hash of the timing-relevant fields (not the name)."""
-        blob = json.dumps({f: getattr(self, f) for f in FIELDS}, sort_keys=True)
+        """A short hash of the timing-relevant fields (not the name; the CPU without its stated
+        clock: Note [CPU clock])."""
+        blob = json.dumps({f: self._relevant(f) for f in FIELDS}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def _relevant(self, field: str) -> Any:
+        value = getattr(self, field)
+        return cpu_without_clock(value) if field == "cpu" else value
 
     @property
     def torch_minor(self) -> str:
@@ -59,7 +64,7 @@ class Fingerprint:
         return [
             f"{f}: {getattr(self, f)!r} here, {getattr(other, f)!r} there"
             for f in FIELDS
-            if getattr(self, f) != getattr(other, f)
+            if self._relevant(f) != other._relevant(f)
         ]
 
     def with_name(self, name: str) -> Fingerprint:
@@ -81,6 +86,12 @@ def cpu_model() -> str:
         text = ""
     match = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
     return (match.group(1).strip() if match else platform.processor()) or platform.machine()
+
+
+def cpu_without_clock(cpu: str) -> str:
+    """``Intel(R) Xeon(R) Processor`` for ``Intel(R) Xeon(R) Processor @ 2.80GHz``: the same
+    virtual CPU states its clock or not from one boot to the next (Note [CPU clock])."""
+    return re.sub(r"\s*@\s*[\d.]+\s*[GM]Hz\s*$", "", cpu, flags=re.IGNORECASE)
 
 
 def default_name(fp: Fingerprint) -> str:
