@@ -367,7 +367,18 @@ def test_pytest_benchmark_table_and_json_keep_working(project: Project) -> None:
     [bench] = json.loads((project.path / "out.json").read_text())["benchmarks"]
     assert bench["name"] == "test_work"
     assert bench["stats"]["rounds"] >= 5
-    assert bench["extra_info"]["hpml_first_call_s"] > 0
+    assert bench["extra_info"] == {}  # hpml's data stays out of the user's extra_info
+
+
+def test_extra_info_holds_what_the_test_put_there_only(project: Project) -> None:
+    project.write_tests(
+        "def test_mine(benchmark):\n"
+        "    benchmark.extra_info['mine'] = 1\n"
+        "    benchmark.variants({'a': lambda: sum(range(9)), 'b': lambda: sum(range(10))})\n"
+    )
+    project.bench("--benchmark-json=out.json").assert_outcomes(passed=1)
+    [bench] = json.loads((project.path / "out.json").read_text())["benchmarks"]
+    assert bench["extra_info"] == {"mine": 1}
 
 
 def test_pedantic_keeps_its_rounds_and_iterations(project: Project) -> None:

@@ -139,7 +139,6 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         compiled = DynamoCounters()
         series, _ = measure(targets, replace(self._plan, after_warmup=compiled.mark))
         self._feed(series[baseline])
-        self.extra_info["hpml_variants"] = {n: s.median for n, s in series.items()}
         base = series[baseline]
         for name, s in series.items():
             self.metrics[f"time[{name}]"] = time_metric(s, self._plan.budget)
@@ -233,7 +232,8 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         stats = _compat.make_stats(self, series.iterations)
         for sample in series.samples:
             stats.update(sample * series.iterations)
-        self.extra_info["hpml_first_call_s"] = series.first_call
+        # The first call and the variants' times are hpml's metrics, kept in its report and
+        # baselines: the user's extra_info stays the user's.
 
     def _describe(self, call: Callable[[], Any] | None, series: Series) -> None:
         """Metrics besides time: throughput, parameters, FLOPs, FLOP/s and peak memory."""
