@@ -176,6 +176,45 @@ def round_times(fixture: Any) -> list[float]:
     return list(fixture.stats.stats.data)
 
 
+def round_target(fixture: Any) -> float:
+    """The shortest round pytest-benchmark would time with this fixture: its ``min_time``, or
+    the timer's precision times ``calibration_precision`` where that is longer."""
+    minimum = _require(fixture, "_min_time", "pytest-benchmark", PYTEST_BENCHMARK)
+    precision = _require(fixture, "_get_precision", "pytest-benchmark", PYTEST_BENCHMARK)
+    calibration = _require(fixture, "_calibration_precision", "pytest-benchmark", PYTEST_BENCHMARK)
+    return max(minimum, precision(timer(fixture)) * calibration)
+
+
+def log(fixture: Any, message: str) -> None:
+    """A line of ``--benchmark-verbose`` output, where pytest-benchmark writes its own."""
+    logger = _require(fixture, "_logger", "pytest-benchmark", PYTEST_BENCHMARK)
+    logger.debug(message, yellow=True, bold=True)
+
+
+def save_cprofile(fixture: Any, profile: Any) -> None:
+    """Keep a cProfile run as pytest-benchmark does for ``--benchmark-cprofile``."""
+    _require(fixture, "_save_cprofile", "pytest-benchmark", PYTEST_BENCHMARK)(profile)
+
+
+def record_options(stats: Any, **used: Any) -> None:
+    """Say in pytest-benchmark's JSON ``options`` block what was really used."""
+    _require(stats, "options", "pytest-benchmark", PYTEST_BENCHMARK).update(used)
+
+
+# What a fixture's settings are when neither the command line nor the marker changed them.
+BENCHMARK_DEFAULTS = {"_max_time": 1.0, "_warmup": False, "_precision": None}
+
+
+def changed_settings(fixture: Any) -> dict[str, Any]:
+    """The pytest-benchmark settings of ``fixture`` that differ from its defaults, by the
+    option's name (``max_time``, ``warmup``, ``precision``)."""
+    return {
+        name.lstrip("_"): getattr(fixture, name)
+        for name, default in BENCHMARK_DEFAULTS.items()
+        if getattr(fixture, name, default) not in (default, 0)
+    }
+
+
 # --------------------------------------------------------------------------- torch
 
 TORCH = ((2, 4), (3, 0))
@@ -221,3 +260,38 @@ def close_elastic_streams(context: Any) -> None:
             stream = getattr(handler, name, None)
             if stream is not None:
                 stream.close()
+
+
+def torch_version_info(load_torch: Callable[[], Any]) -> tuple[str, str | None]:
+    """``torch.__version__`` (``2.14.1+cu130``, local label included) and ``torch.version.cuda``,
+    without importing torch when it is not loaded yet: a run of pure-Python benchmarks would
+    pay seconds and hundreds of MiB for it only to name the machine its baselines are kept for.
+    Both are read from torch's ``version.py``, which its build generates as plain assignments.
+    Where torch is loaded, or its files are not laid out so, ``load_torch()`` gives the module."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        try:
+            return _torch_version_file()
+        except Exception:  # another layout (or no torch): importing it says what is wrong
+            torch = load_torch()
+    return str(torch.__version__), torch.version.cuda
+
+
+def _torch_version_file() -> tuple[str, str | None]:
+    """What torch's ``version.py`` says, run under a private name outside ``sys.modules``:
+    as ``torch.version`` it would be a submodule of a package that is not loaded."""
+    import importlib.util
+    from pathlib import Path
+
+    [location] = importlib.util.find_spec("torch").submodule_search_locations
+    spec = importlib.util.spec_from_file_location(
+        "_pytest_hpml_torch_version", Path(location, "version.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    version, cuda = module.__version__, module.cuda
+    if not isinstance(version, str) or not isinstance(cuda, (str, type(None))):
+        raise TypeError(f"torch's version.py says version {version!r}, CUDA {cuda!r}")
+    return version, cuda

@@ -41,7 +41,8 @@ def pytest_configure(config: pytest.Config) -> None:
     markers.register(config)
     chosen = config.stash[options.SETTINGS_KEY] = options.resolve(config)
     config.pluginmanager.register(fixtures, "hpml-fixtures")
-    config.pluginmanager.register(bench_fixture, "hpml-benchmark")
+    if chosen.benchmarks:  # else pytest-benchmark's fixture is left alone (Note [Opting in])
+        config.pluginmanager.register(bench_fixture, "hpml-benchmark")
     config.pluginmanager.register(Collector(config), "hpml-verdicts")
 
     def budget(test: str) -> float:

@@ -135,6 +135,8 @@ class Project:
         self.monkeypatch = monkeypatch
         self.path = pytester.path
         monkeypatch.setenv("COLUMNS", "200")  # skip reasons and help lines are not cut short
+        # An hpml project (tests of a run that is not opted in unset this and the two below).
+        monkeypatch.setenv("HPML_BENCHMARKS", "1")
         # Benchmarks are measured in this process alone unless a test asks for more.
         monkeypatch.setenv("HPML_PROCESSES", "1")
         monkeypatch.setenv("HPML_RECORD_PROCESSES", "1")

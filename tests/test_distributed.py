@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_hpml.config.role import Launch, launch_from
+from tests.test_processes import hpml_files, start_pytest, still_running, wait_for_pid
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -259,7 +260,9 @@ def test_two_distributed_tests_at_once_under_xdist_do_not_collide(project: Proje
     assert len(project.records()) == 4
 
 
-def test_ranks_die_with_a_pytest_killed_from_outside(project: Project) -> None:
+def test_ranks_die_with_a_pytest_killed_from_outside(
+    project: Project, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     _project(
         project,
         """
@@ -273,24 +276,129 @@ def test_slow(rank):
     time.sleep(3600)
 """,
     )
-    inner = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"],
-        cwd=project.path,
-        env={**os.environ, "HPML_PROCESSES": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    # The rank directory this leaves behind goes to a directory of the test's own.
+    inner = start_pytest(project, tmp_path_factory.mktemp("tmpdir"))
     marker = str(project.path)
     deadline = time.monotonic() + 60
     while len(_ranks_left(marker)) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert len(_ranks_left(marker)) == 2, "the ranks never started"
     inner.send_signal(signal.SIGKILL)
-    inner.wait()
+    inner.communicate()
     deadline = time.monotonic() + 10
     while _ranks_left(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _ranks_left(marker) == []
+
+
+def test_ctrl_c_in_a_distributed_test_stops_the_ranks_as_pytest_stops(
+    project: Project, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    _project(
+        project,
+        f"""
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.distributed(world_size=2)
+def test_waits(rank):
+    Path({str(project.path)!r}, f"rank{{rank}}.pid").write_text(str(os.getpid()))
+    time.sleep(600)
+""",
+    )
+    tmpdir = tmp_path_factory.mktemp("tmpdir")
+    inner = start_pytest(project, tmpdir)
+    ranks = [wait_for_pid(inner, project.path / f"rank{rank}.pid") for rank in (0, 1)]
+    inner.send_signal(signal.SIGINT)
+    out = inner.communicate(timeout=60)[0]
+    assert still_running(ranks) == []
+    assert inner.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "KeyboardInterrupt" in out
+    assert "INTERNALERROR" not in out, out
+    assert hpml_files(tmpdir) == []  # the rank directory
+
+
+def _no_rank_was_left(project: Project, tmpdir: Path) -> None:
+    assert _ranks_left(str(project.path)) == []
+    assert hpml_files(tmpdir) == []
+
+
+@pytest.fixture
+def tmpdir_of_runs(project: Project, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The temporary directory of the inner runs (``runpytest_subprocess``), to look into."""
+    tmpdir = tmp_path_factory.mktemp("tmpdir")
+    project.monkeypatch.setenv("TMPDIR", str(tmpdir))
+    return tmpdir
+
+
+def test_a_world_size_beyond_what_the_machine_runs_fails_at_setup_saying_how_to_raise_it(
+    project: Project, tmpdir_of_runs: Path
+) -> None:
+    _project(
+        project,
+        "import pytest\n\n\n@pytest.mark.distributed(world_size=10**6)\ndef test_huge(rank):\n"
+        "    pass\n\n\ndef test_after():\n    pass\n",
+    )
+    result = project.run_subprocess()
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_inner.py::test_huge: world_size=1000000 is more ranks than this machine runs "
+            "at once: at most * (4 per usable CPU: *); raise the limit with --hpml-max-ranks=N "
+            "(env HPML_MAX_RANKS, ini hpml_max_ranks)*"
+        ]
+    )
+    _no_rank_was_left(project, tmpdir_of_runs)
+
+
+def test_a_rank_limit_that_was_set_is_named_when_it_refuses_a_test(
+    project: Project, tmpdir_of_runs: Path
+) -> None:
+    _project(project, RANKS.replace("world_size=2", "world_size=3"))
+    project.monkeypatch.setenv("HPML_MAX_RANKS", "2")
+    result = project.run_subprocess()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        ["*world_size=3 is more ranks than this machine runs at once: at most 2 (HPML_MAX_RANKS)*"]
+    )
+    _no_rank_was_left(project, tmpdir_of_runs)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many", "2.5"])
+def test_a_rank_limit_that_is_no_positive_number_is_a_usage_error(
+    project: Project, value: str
+) -> None:
+    _project(project, "def test_x():\n    pass\n")
+    result = project.run(f"--hpml-max-ranks={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--hpml-max-ranks*expected auto or a positive number of ranks*"])
+
+
+def test_the_timeout_covers_starting_the_ranks(project: Project, tmpdir_of_runs: Path) -> None:
+    _project(
+        project,
+        """
+import pytest
+
+
+@pytest.mark.distributed(world_size=64, timeout=0.02)
+def test_slow_to_start(rank):
+    pass
+""",
+    )
+    project.monkeypatch.setenv("HPML_MAX_RANKS", "64")
+    result = project.run_subprocess()
+    result.assert_outcomes(errors=1)
+    # No machine starts 64 Python processes in 20 ms: the deadline passed while the ranks were
+    # being started (how many had started depends on the machine), and those were stopped.
+    result.stdout.fnmatch_lines(
+        ["*timed out after 0.02 s while starting the ranks (* of 64 started)*"]
+    )
+    _no_rank_was_left(project, tmpdir_of_runs)
 
 
 def _free_port() -> int:

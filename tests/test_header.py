@@ -15,7 +15,7 @@ def test_settings_line_shows_the_defaults_and_the_seed(project: Project) -> None
     result.stdout.fnmatch_lines(
         [
             "hpml: device=auto precision=fp32 backend=eager dist-backend=auto workers=0 seed=0 "
-            "threshold=6%"
+            "benchmarks=hpml threshold=6%"
         ]
     )
 

@@ -45,7 +45,7 @@ def test_every_timed_round_includes_the_device_synchronization() -> None:
     assert s.iterations == 1  # one call already lasts longer than a round needs
     assert len(s.samples) == 6
     assert min(s.samples) >= SYNC_SECONDS
-    # one synchronization per timed batch: first call, warm-up, the estimate, each round
+    # one synchronization per timed batch: first call, warm-up, the calibration round, each round
     assert sync.calls == 1 + s.warmup_calls + 1 + len(s.samples)
 
 
@@ -53,7 +53,7 @@ def test_a_round_of_many_calls_synchronizes_once() -> None:
     sync = SlowSync()
     plan = Plan(sync=sync, rounds=4, warmup_rounds=1, iterations=10)
     series, _ = measure({"t": lambda: None}, plan)
-    assert sync.calls == 1 + 1 + 1 + 4
+    assert sync.calls == 1 + 1 + 4
     assert min(series["t"].samples) >= SYNC_SECONDS / 10
 
 
@@ -121,3 +121,51 @@ def test_the_rounds_fill_the_budget_and_no_more(budget: float) -> None:
     # crosses the deadline and the clock reads of setting it).
     rounds = len(series["f"].samples)
     assert abs(rounds - budget / 0.03) <= 2
+
+
+def test_a_benchmark_with_enough_samples_stops_before_its_budget() -> None:
+    clock = CountingClock()
+    plan = Plan(budget=100.0, timer=clock, warmup_time=0.0, min_round_time=0.0, enough_samples=40)
+    series, _ = measure({"f": lambda: None}, plan)
+    assert len(series["f"].samples) == 40
+    assert clock.now < 5  # far from the 100 s budget: 40 samples of 30 ms and the set-up
+
+
+def test_short_rounds_are_pytest_benchmarks_and_a_sample_gathers_them() -> None:
+    clock = CountingClock()  # a call "takes" 10 ms: a sample of 45 ms needs 5 rounds
+    plan = Plan(budget=1.0, timer=clock, warmup_time=0.0, min_round_time=0.045, round_time=0.005)
+    series, _ = measure({"f": lambda: None}, plan)
+    s = series["f"]
+    assert (s.iterations, s.rounds_per_sample) == (1, 5)
+    assert len(s.rounds) == 5 * len(s.samples)
+    assert s.samples[0] == pytest.approx(sum(s.rounds[:5]) / 5)
+
+
+class ClockedReference:
+    """A reference workload that "takes" as long as two reads of the counting clock."""
+
+    repeat = 1
+
+    def time(self, timer: CountingClock) -> float:
+        start = timer()
+        return timer() - start
+
+
+@pytest.mark.parametrize("share", [0.2, 0.5])
+def test_the_reference_workload_keeps_to_its_share_of_the_time(share: float) -> None:
+    clock = CountingClock()
+    plan = Plan(
+        budget=3.0,
+        timer=clock,
+        warmup_time=0.0,
+        min_round_time=0.0,
+        reference=ClockedReference(),
+        reference_share=share,
+    )
+    start = clock.now
+    series, _ = measure({"f": lambda: None}, plan)
+    s = series["f"]
+    spent = clock.now - start
+    assert s.references_timed > 1
+    assert s.reference_seconds <= share * spent + 0.01  # + the run that starts the rounds
+    assert len(s.reference) == len(s.samples)  # every sample has a reference time

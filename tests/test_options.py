@@ -46,7 +46,7 @@ def test_every_option_is_read_from_each_source(project: Project, source: str) ->
     args = project.configure(source, **{name: given for name, (given, _) in EVERY_OPTION.items()})
     result = project.run(*args)
     expected = {name.replace("_", "-"): shown for name, (_, shown) in EVERY_OPTION.items()}
-    expected["threshold"] = "6%"
+    expected |= {"benchmarks": "hpml", "threshold": "6%"}
     assert project.settings(result) == expected
 
 

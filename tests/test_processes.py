@@ -2,23 +2,33 @@
 benchmarks, share the measuring time, and their runs are pooled, stored and judged together.
 
 The first process runs in this interpreter (pytester); the others are real ``python -m pytest``
-processes started by the plugin.
+processes started by the plugin. Where a test signals the first process, it is a real pytest in a
+process of its own too (:func:`start_pytest`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_hpml.config import invocation
-from tests.conftest import WORK
+from tests.conftest import BENCH_TIME, WORK
 
 if TYPE_CHECKING:
     from tests.conftest import Project
 
 TEST = "test_inner.py::test_work"
+RECORD_IN_2 = "--hpml-record-processes=2"
 
 # WORK, a test that is no benchmark, and a record of which processes ran which test.
 SOURCE = (
@@ -36,6 +46,69 @@ SOURCE = (
 def project3(project: Project) -> Project:
     project.write_tests(SOURCE)
     return project
+
+
+# WORK, where a measuring process (not the first) says it runs, then waits to be stopped.
+WAITS = (
+    "import time\nfrom pathlib import Path\n"
+    + WORK
+    + '    if os.environ.get("HPML_RERUN"):\n'
+    + '        Path("child.pid").write_text(str(os.getpid()))\n'
+    + "        time.sleep(600)\n"
+)
+
+
+def start_pytest(project: Project, tmpdir: Path, *args: str) -> subprocess.Popen[str]:
+    """A real pytest of the inner project in a process of its own, for a test to signal; its
+    temporary files (and those of the processes it starts) go to ``tmpdir``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+        cwd=project.path,
+        env={**os.environ, "TMPDIR": str(tmpdir), "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_for_pid(inner: subprocess.Popen[str], path: Path, seconds: float = 60) -> int:
+    """The pid that a process of ``inner``'s run wrote to ``path`` once it got there."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and inner.poll() is None:
+        text = path.read_text() if path.exists() else ""
+        if text.strip():
+            return int(text)
+        time.sleep(0.1)
+    inner.kill()
+    raise AssertionError(f"nothing wrote {path.name}:\n{inner.communicate()[0]}")
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, dead but not reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def still_running(pids: Iterable[int], seconds: float = 10) -> list[int]:
+    """Those of ``pids`` that still run after up to ``seconds``: a process that was stopped
+    may take a moment to go, on a busy machine more."""
+    deadline = time.monotonic() + seconds
+    left = [pid for pid in pids if alive(pid)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [pid for pid in left if alive(pid)]
+    for pid in left:  # not to leave them to the tests after this one
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return left
+
+
+def hpml_files(tmpdir: Path) -> list[str]:
+    """What pytest-hpml left in the temporary directory ``tmpdir``."""
+    return sorted(path.name for path in tmpdir.glob("pytest-hpml-*"))
 
 
 def ran(project: Project, name: str = "ran.txt") -> list[str]:
@@ -118,6 +191,38 @@ def test_a_process_that_dies_is_named_and_the_run_judged_on_the_others(project: 
         ["hpml: process 2 of 2 measured nothing (exit 3*); judged on fewer processes"]
     )
     assert "processes" not in project.stored("machine")[TEST]["time"]
+
+
+def test_ctrl_c_while_measuring_in_more_processes_stops_them_as_pytest_stops(
+    project: Project, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    project.write_tests(WAITS)
+    tmpdir = tmp_path_factory.mktemp("tmpdir")
+    inner = start_pytest(project, tmpdir, BENCH_TIME, "--hpml-baseline=update", RECORD_IN_2)
+    child = wait_for_pid(inner, project.path / "child.pid")
+    inner.send_signal(signal.SIGINT)
+    out = inner.communicate(timeout=60)[0]
+    assert still_running([child]) == []
+    assert inner.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "KeyboardInterrupt" in out
+    assert "Traceback" not in out, out  # pytest's one line, not the plugin's traceback
+    assert "process 2 of 2 measured nothing (interrupted)" in out
+    assert hpml_files(tmpdir) == []
+
+
+def test_a_measuring_process_dies_with_a_pytest_killed_from_outside(
+    project: Project, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    project.write_tests(WAITS)
+    tmpdir = tmp_path_factory.mktemp("tmpdir")
+    inner = start_pytest(project, tmpdir, BENCH_TIME, "--hpml-baseline=update", RECORD_IN_2)
+    child = wait_for_pid(inner, project.path / "child.pid")
+    inner.send_signal(signal.SIGKILL)
+    inner.communicate(timeout=60)
+    assert still_running([child]) == []
+    # The measuring process took its request away when it started, and answers only at its
+    # end: the run it died with left no file.
+    assert hpml_files(tmpdir) == []
 
 
 @pytest.mark.parametrize(

@@ -53,7 +53,7 @@ def run(project: Path, scale: float, args: list[str]) -> int:
 
 
 TOOLS = {
-    "pytest-hpml": (["--hpml-baseline=update"], []),
+    "pytest-hpml": (["--hpml-baseline=update"], ["--hpml-benchmarks"]),
     "pytest-benchmark": (
         ["-p", "no:hpml", "--benchmark-save=base"],
         ["-p", "no:hpml", "--benchmark-compare", "--benchmark-compare-fail=median:10%"],

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from .. import _compat
 from . import metrics
 from .counters import DynamoCounters, count_flops, cuda_peak_memory, model_size, tracked_peak_memory
-from .measure import Plan, Series, _timed, measure
+from .measure import Cadence, Plan, Series, _timed, measure
 
 
 def time_metric(series: Series, budget: float | None = None) -> dict[str, Any]:
@@ -58,6 +58,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         self._model = None
         self._flops = False
         self.metrics = {}
+        self.superseded = superseded(fixture, plan)
         return self
 
     def track(
@@ -114,7 +115,20 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         self._describe(call, series["time"])
         for name, value in compiled.metrics().items():
             self.record(name, value)
+        if self.cprofile:
+            return self._profile(call, series["time"])
         return results["time"]
+
+    def _profile(self, call: Callable[[], Any], series: Series) -> Any:
+        """--benchmark-cprofile: profile the call as pytest-benchmark does, after measuring."""
+        import cProfile
+
+        loops = getattr(self, "cprofile_loops", None) or series.iterations
+        profile, result = cProfile.Profile(), None
+        for _ in range(loops):
+            result = profile.runcall(call)
+        _compat.save_cprofile(self, profile)
+        return result
 
     def variants(
         self,
@@ -173,6 +187,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         plan, clock = self._plan, _compat.timer(self)
         references: list[float] = []
         first: list[float] = []
+        cadence, counted = Cadence(replace(plan, timer=clock)), Series("time")
 
         def timer() -> float:
             plan.sync()
@@ -188,7 +203,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
             return result
 
         def setup_with_reference() -> Any:
-            references.append(plan.reference.time(clock))
+            references.append(cadence.value(counted))
             return setup() if setup else None
 
         use_reference = plan.reference is not None and iterations == 1
@@ -206,6 +221,8 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         samples = _compat.round_times(self)
         series = Series("time", samples, references[-len(samples) :] if use_reference else [])
         series.first_call, series.iterations = first[0], iterations
+        series.references_timed = counted.references_timed
+        series.reference_seconds = counted.reference_seconds
         series.warmup_calls = warmup_rounds * iterations
         self.metrics["time"] = time_metric(series)
         self._describe(None, series)
@@ -228,12 +245,19 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         _compat.set_mode(self, mode)
 
     def _feed(self, series: Series) -> None:
-        """Hand the rounds to pytest-benchmark, so its table, JSON and compare see them."""
+        """Hand the rounds to pytest-benchmark, so its table, JSON and compare see them, and
+        say how they were taken (its JSON ``options``, its ``--benchmark-verbose`` lines). The
+        first call and the variants' times are hpml's metrics, kept in its report and
+        baselines: the user's extra_info stays the user's."""
         stats = _compat.make_stats(self, series.iterations)
-        for sample in series.samples:
-            stats.update(sample * series.iterations)
-        # The first call and the variants' times are hpml's metrics, kept in its report and
-        # baselines: the user's extra_info stays the user's.
+        for elapsed in series.rounds:
+            stats.update(elapsed)
+        plan = self._plan
+        _compat.record_options(
+            stats, max_time=plan.budget, min_time=plan.round_time, warmup=series.warmup_calls
+        )
+        for line in _verbose(series, plan):
+            _compat.log(self, line)
 
     def _describe(self, call: Callable[[], Any] | None, series: Series) -> None:
         """Metrics besides time: throughput, parameters, FLOPs, FLOP/s and peak memory."""
@@ -269,3 +293,36 @@ def _bind(
     if not args and not kwargs:
         return fn
     return lambda: fn(*args, **kwargs)
+
+
+def _verbose(series: Series, plan: Plan) -> list[str]:
+    """What --benchmark-verbose shows of pytest-hpml's measuring, in pytest-benchmark's words."""
+    spent = sum(series.rounds)
+    lines = [
+        f"  pytest-hpml: first call {series.first_call:.3g}s, then {series.warmup_calls} "
+        "warm-up calls until three agree within 10%",
+        f"  Ran {len(series.rounds)} rounds x {series.iterations} iterations in {spent:.3g}s "
+        f"({len(series.samples)} samples of {series.rounds_per_sample} rounds; "
+        f"budget {plan.budget:g}s)",
+    ]
+    if series.references_timed:
+        lines.append(
+            f"  Reference workload timed {series.references_timed} times, "
+            f"{series.reference_seconds:.3g}s in all"
+        )
+    return lines
+
+
+def superseded(fixture: Any, plan: Plan) -> list[str]:
+    """pytest-benchmark settings this run asked for that pytest-hpml decides instead."""
+    why = {
+        "max_time": f"superseded by --hpml-bench-time ({plan.budget:g}s of rounds here, fewer "
+        "once a benchmark has enough samples)",
+        "warmup": "superseded: pytest-hpml warms up every benchmark until three calls agree "
+        "within 10%",
+        "precision": "superseded: pytest-hpml stops once a benchmark has enough samples or its "
+        "--hpml-bench-time is spent",
+    }
+    return [
+        f"pytest-benchmark's {name} is {why[name]}" for name in _compat.changed_settings(fixture)
+    ]

@@ -51,6 +51,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     plan = Plan(
         budget=given.budget(request.node.nodeid),
         min_rounds=_compat.min_rounds(benchmark),
+        round_time=_round_time(benchmark, device),
         disable_gc=_compat.disable_gc(benchmark),
         timer=_compat.timer(benchmark),
         sync=sync,
@@ -62,3 +63,13 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     request.node.stash[BENCHMARK_KEY] = value
     yield value
     value.settle()  # before pytest-benchmark's own teardown, which this fixture depends on
+
+
+def _round_time(benchmark: Any, device: Any) -> float:
+    """pytest-benchmark's rounds on the CPU; a round that ends with an accelerator's
+    synchronization lasts a sample, so that the synchronization does not dominate it."""
+    from .measure import Plan
+
+    if getattr(device, "type", "cpu") in ("cuda", "mps"):
+        return Plan.min_round_time
+    return _compat.round_target(benchmark)

@@ -36,24 +36,37 @@ class Series:
     """The raw measurement of one callable."""
 
     name: str
-    samples: list[float] = field(default_factory=list)  # seconds per call, one per round
-    reference: list[float] = field(default_factory=list)  # reference time before each round
+    samples: list[float] = field(default_factory=list)  # seconds per call, one per sample
+    reference: list[float] = field(default_factory=list)  # latest reference time at each sample
     first_call: float = math.nan  # seconds, lazy work included
     warmup_calls: int = 0
     iterations: int = 1  # calls per round
+    rounds: list[float] = field(default_factory=list)  # seconds of each round (pytest-benchmark's)
+    rounds_per_sample: int = 1
+    references_timed: int = 0  # how often the reference workload ran during the rounds
+    reference_seconds: float = 0.0  # and how long, in all
 
     @property
     def median(self) -> float:
         return statistics.median(self.samples)
 
 
+# A benchmark stops once it has this many samples, budget or not: beyond it a median no longer
+# moves by more than processes differ (Note [Samples and rounds]).
+ENOUGH_SAMPLES = 300
+MIN_SAMPLES = 5  # fewer than this are judged inconclusive
+
+
 @dataclass
 class Plan:
     """How long and how to measure."""
 
-    budget: float = 3.0  # seconds of rounds, reference included
+    budget: float = 3.0  # seconds of rounds at most, reference included
     min_rounds: int = 5
-    min_round_time: float = 1e-3  # calls per round are chosen so a round lasts at least this
+    round_time: float = 5e-6  # a round lasts at least this (pytest-benchmark's calibration)
+    min_round_time: float = 1e-3  # a sample (a run of rounds) lasts at least this
+    enough_samples: int = ENOUGH_SAMPLES
+    reference_share: float = 0.2  # the reference workload's share of the rounds' time, at most
     warmup_time: float = 0.5  # at most this long (and 50 calls) warming up after the first call
     disable_gc: bool = False
     timer: Timer = time.perf_counter
@@ -82,9 +95,12 @@ def _timed(plan: Plan, fn: Callable[[], Any], calls: int) -> tuple[float, Any]:
             gc.enable()
 
 
-def _warm_up(plan: Plan, targets: dict[str, Callable[[], Any]], series: dict[str, Series]) -> None:
+def _warm_up(
+    plan: Plan, targets: dict[str, Callable[[], Any]], series: dict[str, Series]
+) -> dict[str, list[float]]:
     """Call each target until its times settle (lazy work must not land in the rounds), for at
-    most ``plan.warmup_time``; a fixed schedule (pedantic) gives the count instead."""
+    most ``plan.warmup_time``; a fixed schedule (pedantic) gives the count instead. Returns the
+    warm-up times of each target."""
     history: dict[str, list[float]] = {name: [] for name in targets}
     fixed = plan.warmup_rounds is not None
     count = plan.warmup_rounds if fixed else 50
@@ -95,6 +111,7 @@ def _warm_up(plan: Plan, targets: dict[str, Callable[[], Any]], series: dict[str
         for name, fn in targets.items():
             history[name].append(_timed(plan, fn, 1)[0])
             series[name].warmup_calls += 1
+    return history
 
 
 def _settled(history: dict[str, list[float]]) -> bool:
@@ -106,13 +123,59 @@ def _settled(history: dict[str, list[float]]) -> bool:
     return True
 
 
+class Cadence:
+    """The reference workload, timed again only when the rounds since its last run took at
+    least ``(1 - share) / share`` times as long as that run: it never takes more than its share
+    of the time, and a long benchmark still gets it before every sample (Note [Samples and
+    rounds])."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.latest: float | None = None
+        self.cost = 0.0
+        self.ended = 0.0
+
+    def value(self, owner: Series) -> float | None:
+        """The reference time to normalize the next sample by, timed again if due."""
+        plan = self.plan
+        if plan.reference is None:
+            return None
+        share = plan.reference_share
+        if self.latest is None or (plan.timer() - self.ended) * share >= self.cost * (1 - share):
+            self.cost = plan.reference.time(plan.timer)
+            self.ended = plan.timer()
+            self.latest = self.cost / plan.reference.repeat
+            owner.references_timed += 1
+            owner.reference_seconds += self.cost
+        return self.latest
+
+
+def _calibrate(plan: Plan, fn: Callable[[], Any], s: Series, warm: list[float]) -> None:
+    """Calls per round (a round lasts ``round_time``, as pytest-benchmark's do) and rounds per
+    sample (a sample lasts ``min_round_time``); a fixed schedule keeps one round a sample.
+    Like pytest-benchmark, a round is timed and lengthened until it lasts long enough: the
+    time of one call alone overstates a short call by the clock's own cost."""
+    estimate = max(min(warm[-3:], default=0.0) or _timed(plan, fn, 1)[0], 1e-9)
+    s.iterations = plan.iterations or max(1, math.ceil(plan.round_time / estimate))
+    for _ in range(5 if plan.iterations is None else 0):
+        elapsed = _timed(plan, fn, s.iterations)[0]
+        if elapsed >= plan.round_time:
+            estimate = max(elapsed / s.iterations, 1e-9)
+            break
+        s.iterations = math.ceil(s.iterations * 1.2 * plan.round_time / max(elapsed, 1e-9))
+    if plan.rounds is None:
+        s.rounds_per_sample = max(1, math.ceil(plan.min_round_time / (s.iterations * estimate)))
+
+
 def measure(
     targets: dict[str, Callable[[], Any]], plan: Plan
 ) -> tuple[dict[str, Series], dict[str, Any]]:
     """Measure ``targets`` (name -> no-argument callable) with rounds interleaved.
 
-    Each round times the reference workload, then every target once (the order rotates, so
-    drift and cache effects hit all alike). Returns the series and each target's last result.
+    Each sample is a run of rounds of every target in turn (the order rotates, so drift and
+    cache effects hit all alike), normalized by the reference time taken just before it or,
+    for short samples, at most a few samples earlier (:class:`Cadence`). Returns the series and
+    each target's last result.
     """
     series = {name: Series(name) for name in targets}
     results: dict[str, Any] = {}
@@ -121,30 +184,38 @@ def measure(
     if plan.reference is not None:
         for _ in range(3):  # the reference's own first calls are slow too
             plan.reference.time(plan.timer)
-    _warm_up(plan, targets, series)
+    warm = _warm_up(plan, targets, series)
     plan.after_warmup()
     for name, fn in targets.items():
-        estimate = max(_timed(plan, fn, 1)[0], 1e-9)
-        series[name].iterations = plan.iterations or max(
-            1, math.ceil(plan.min_round_time / estimate)
-        )
-    names = list(targets)
+        _calibrate(plan, fn, series[name], warm[name])
+    names, first = list(targets), series[next(iter(targets))]
+    cadence = Cadence(plan)
     deadline = plan.timer() + plan.budget
-    rounds = 0
-    while _more(plan, rounds, deadline):
-        ref = plan.reference.time(plan.timer) if plan.reference else None
-        shift = rounds % len(names)
+    while _more(plan, len(first.samples), len(first.rounds), deadline):
+        ref = cadence.value(first)
+        shift = len(first.samples) % len(names)
         for name in names[shift:] + names[:shift]:
-            s = series[name]
-            elapsed, results[name] = _timed(plan, targets[name], s.iterations)
-            s.samples.append(elapsed / s.iterations)
-            if ref is not None:
-                s.reference.append(ref / plan.reference.repeat)
-        rounds += 1
+            results[name] = _sample(plan, targets[name], series[name], ref)
     return series, results
 
 
-def _more(plan: Plan, rounds: int, deadline: float) -> bool:
+def _sample(plan: Plan, fn: Callable[[], Any], s: Series, ref: float | None) -> Any:
+    """One sample of ``fn``: ``rounds_per_sample`` rounds, each kept for pytest-benchmark."""
+    total, result = 0.0, None
+    for _ in range(s.rounds_per_sample):
+        elapsed, result = _timed(plan, fn, s.iterations)
+        s.rounds.append(elapsed)
+        total += elapsed
+    s.samples.append(total / (s.iterations * s.rounds_per_sample))
+    if ref is not None:
+        s.reference.append(ref)
+    return result
+
+
+def _more(plan: Plan, samples: int, rounds: int, deadline: float) -> bool:
     if plan.rounds is not None:
-        return rounds < plan.rounds
-    return rounds < plan.min_rounds or plan.timer() < deadline
+        return samples < plan.rounds
+    in_time = plan.timer() < deadline
+    if samples < MIN_SAMPLES or rounds < plan.min_rounds:
+        return True
+    return in_time and samples < plan.enough_samples

@@ -7,12 +7,19 @@ The session that ran the tests is the first process. At its end it starts the ot
 another: ``python -m pytest`` with the same arguments, told through :data:`RERUN_ENV` which
 tests to run (the rest are deselected) and for how long, and writing what they measured to a
 JSON file that is then pooled into this run's metrics.
+
+Stopping them: Ctrl-C stops the process measuring (as Ctrl-C in a terminal would, then killed
+after :data:`STOP_GRACE` s) and ends the run as pytest ends it on Ctrl-C. Each dies with the
+first process, even one killed with SIGKILL. Its request file, which it removes once read, and
+its answer, which it writes only at its end, hold the only trace of it on disk: a first process
+killed in the instant between the answer and its reading leaves that one file behind.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -25,8 +32,10 @@ from typing import Any, Callable
 import pytest
 
 from ..config.invocation import child_args, keep_only
-from ..config.role import RERUN_ENV
+from ..config.role import RERUN_ENV, die_with_parent
 from .metrics import is_sampled
+
+STOP_GRACE = 5.0  # seconds an interrupted process gets to end before it is killed
 
 
 @dataclass
@@ -41,34 +50,101 @@ class Reruns:
 def measure_again(
     config: pytest.Config, tests: Sequence[str], count: int, bench_time: float
 ) -> Reruns:
-    """Run ``tests`` in ``count`` fresh processes, one after another."""
+    """Run ``tests`` in ``count`` fresh processes, one after another. Ctrl-C ends the run as
+    pytest does, keeping what the processes that finished measured."""
     found = Reruns()
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="pytest-hpml-") as tmp:
-        for index in range(count):
-            output = Path(tmp, f"process-{index}.json")
-            request = Path(tmp, f"request-{index}.json")
-            wanted = {"tests": list(tests), "bench_time": bench_time, "output": str(output)}
-            request.write_text(json.dumps(wanted), encoding="utf-8")
-            done = subprocess.run(
-                [sys.executable, "-m", "pytest", *child_args(config)],
-                cwd=config.invocation_params.dir,
-                env={**os.environ, RERUN_ENV: str(request)},
-                capture_output=True,
-                text=True,
-            )
-            _take(found, output, done, index + 2, count + 1)
+    for index in range(count):
+        number, total = index + 2, count + 1
+        try:
+            done, results = _measure_in_one(config, tests, bench_time)
+        except KeyboardInterrupt:
+            found.notes.append(f"process {number} of {total} measured nothing (interrupted)")
+            _interrupted(config)
+            break
+        _take(found, results, done, number, total)
     found.seconds = time.monotonic() - start
     return found
 
 
+def _measure_in_one(
+    config: pytest.Config, tests: Sequence[str], bench_time: float
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]] | None]:
+    """One fresh process and what it measured (None if nothing). It is asked in a file that it
+    removes once read and answers in one of the same name; neither is left when this returns."""
+    handle, name = tempfile.mkstemp(prefix="pytest-hpml-", suffix=".json")
+    try:
+        wanted = {
+            "tests": list(tests),
+            "bench_time": bench_time,
+            "output": name,
+            "parent": os.getpid(),
+        }
+        with os.fdopen(handle, "w", encoding="utf-8") as request:
+            json.dump(wanted, request)
+        done = _run(
+            [sys.executable, "-m", "pytest", *child_args(config)],
+            cwd=config.invocation_params.dir,
+            env={**os.environ, RERUN_ENV: name},
+        )
+        return done, _answer(Path(name))
+    finally:
+        Path(name).unlink(missing_ok=True)
+
+
+def _run(command: list[str], **popen: Any) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run`` with its output captured, but a process interrupted is stopped."""
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen
+    ) as child:
+        try:
+            stdout, stderr = child.communicate()
+        except BaseException:
+            _stop(child)
+            raise
+    return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
+
+
+def _stop(child: subprocess.Popen[str]) -> None:
+    """SIGINT, as Ctrl-C in a terminal sends it: the child's pytest ends as on Ctrl-C and stops
+    what it started (ranks included); SIGKILL if it has not ended within STOP_GRACE s, or at a
+    second Ctrl-C."""
+    try:
+        child.send_signal(signal.SIGINT)
+        child.wait(STOP_GRACE)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        child.kill()  # nothing, if it ended
+        child.wait()
+
+
+def _interrupted(config: pytest.Config) -> None:
+    """End the run as pytest ends it on Ctrl-C: exit status 2, and pytest's own one line
+    saying where the KeyboardInterrupt hit (its terminal reporter prints what this hook gets).
+    Called while the KeyboardInterrupt is handled."""
+    session = config.pluginmanager.get_plugin("session")
+    if session is not None:
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
+    config.hook.pytest_keyboard_interrupt(excinfo=pytest.ExceptionInfo.from_current())
+
+
+def _answer(path: Path) -> list[dict[str, Any]] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["results"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def _take(
-    found: Reruns, output: Path, done: subprocess.CompletedProcess[str], number: int, total: int
+    found: Reruns,
+    results: list[dict[str, Any]] | None,
+    done: subprocess.CompletedProcess[str],
+    number: int,
+    total: int,
 ) -> None:
     """Keep one process's sampled metrics; say why, if it measured nothing."""
-    try:
-        results = json.loads(output.read_text(encoding="utf-8"))["results"]
-    except (OSError, ValueError, KeyError):
+    if results is None:
         tail = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["no output"]
         found.notes.append(
             f"process {number} of {total} measured nothing (exit {done.returncode}: {tail[0]})"
@@ -103,6 +179,7 @@ class Rerun:
     """
 
     def __init__(self, request: dict[str, Any], results: Callable[[], list[Any]]) -> None:
+        die_with_parent(request["parent"])
         self.tests = set(request["tests"])
         self.output = request["output"]
         self.results = results

@@ -179,6 +179,18 @@ def parse_seconds(value: str) -> float:
     return seconds
 
 
+def parse_max_ranks(value: str) -> int | None:
+    """``auto`` (None: decided from the machine, when a test asks) or a positive number."""
+    text = str(value).strip().lower()
+    if text == "auto":
+        return None
+    if not text.isdecimal() or int(text) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected auto or a positive number of ranks, got {value!r}"
+        )
+    return int(text)
+
+
 def parse_processes(value: str) -> int:
     """A whole number of processes, 1 to 16."""
     text = str(value).strip()
@@ -279,6 +291,16 @@ OPTIONS: tuple[Option, ...] = (
         "SECONDS",
     ),
     Option(
+        "max-ranks",
+        "max_ranks",
+        "most ranks a @pytest.mark.distributed test may start here: auto (4 per usable CPU, or "
+        "one per GPU where there are more GPUs) or a number; a test asking for more fails at its "
+        "setup, before any rank starts",
+        parse_max_ranks,
+        "auto",
+        "N",
+    ),
+    Option(
         "workers",
         "workers",
         "DataLoader worker count(s) for the num_workers fixture, a comma list; auto picks one "
@@ -294,6 +316,17 @@ OPTIONS: tuple[Option, ...] = (
         parse_seed,
         "0",
         "INT",
+    ),
+    Option(
+        "benchmarks",
+        "benchmarks",
+        "measure and judge pytest-benchmark's benchmark tests the pytest-hpml way (device-"
+        "synchronized rounds, fresh processes, baselines, verdicts); without it they run as if "
+        "pytest-hpml were not installed. Giving any other benchmark option (--hpml-baseline, "
+        "--hpml-bench-time, ...) turns it on",
+        parse_bool,
+        "false",
+        flag=True,
     ),
     Option(
         "baseline",
@@ -325,7 +358,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "bench-time",
         "bench_time",
-        "seconds of measured rounds per benchmark (the reference workload included)",
+        "seconds of measured rounds per benchmark at most (the reference workload included); "
+        "a benchmark stops earlier once it has 300 samples",
         parse_seconds,
         "3",
         "SECONDS",
@@ -403,8 +437,10 @@ class Settings(NamedTuple):
     backends: tuple[str, ...]
     dist_backend: str
     dist_timeout: float
+    max_ranks: int | None  # None: auto
     workers: tuple[int, ...]
     seed: int
+    benchmarks: bool
     baseline: str
     baseline_dir: str
     threshold: float
@@ -473,4 +509,29 @@ def resolve(config: pytest.Config) -> Settings:
             values[opt.dest], sources[opt.dest] = _from(opt, where, ini), f"ini {opt.ini}"
         else:
             values[opt.dest], sources[opt.dest] = opt.parse(opt.default), "default"
+    _opt_in(values, sources)
     return Settings(**values, sources=sources)
+
+
+# The options that only mean something for hpml benchmarks: giving one opts the run in.
+BENCHMARK_OPTIONS = (
+    "baseline",
+    "baseline_dir",
+    "threshold",
+    "bench_time",
+    "processes",
+    "record_processes",
+    "machine",
+    "report",
+    "report_md",
+    "report_html",
+)
+
+
+def _opt_in(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """Benchmarks are pytest-hpml's only where the run says so (Note [Opting in])."""
+    if sources["benchmarks"] != "default":
+        return
+    given = [sources[dest] for dest in BENCHMARK_OPTIONS if sources[dest] != "default"]
+    if given:
+        values["benchmarks"], sources["benchmarks"] = True, given[0]

@@ -8,14 +8,18 @@ or srun). Every place that must behave differently asks :func:`role` (or the one
 
 What the user chose stays in :class:`~pytest_hpml.config.options.Settings`; what this process
 does with it (the baseline mode in force here, its share of the measuring time, whether it
-writes reports) is its :class:`Duty`.
+writes reports) is its :class:`Duty`. A process that a run started for its own use (a rerun, a
+spawned rank) dies with the process that started it (:func:`die_with_parent`).
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import os
+import signal
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -27,6 +31,7 @@ from .options import SETTINGS_KEY, Settings
 RERUN_ENV = "HPML_RERUN"  # path of the JSON that tells a rerun process what to do
 RANK_RESULT_ENV = "HPML_RANK_RESULT"  # a spawned rank writes its reports here
 RANK_BENCH_TIME_ENV = "HPML_RANK_BENCH_TIME"  # seconds of rounds per benchmark in a rank
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
 
 # (rank, world size, local rank) variables of each launcher, first match wins.
 LAUNCHERS = (
@@ -87,9 +92,36 @@ def launch(config: pytest.Config) -> Launch | None:
 def rerun_request() -> dict[str, Any] | None:
     """In a rerun process, what the controller asked of it; None elsewhere."""
     path = os.environ.get(RERUN_ENV)
-    if not path:
+    return _take_request(path) if path else None
+
+
+@functools.cache
+def _take_request(path: str) -> dict[str, Any] | None:
+    """Read the request once, and remove its file: while the rerun measures, nothing of the run
+    is on disk for a controller killed with SIGKILL to leave behind. A pytest that a test of the
+    rerun starts inherits the variable but finds no file: it is no rerun."""
+    file = Path(path)
+    try:
+        request = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
         return None
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    file.unlink(missing_ok=True)
+    return request
+
+
+def die_with_parent(parent: int) -> None:
+    """End this process when ``parent``, the process that started it, ends, even killed with
+    SIGKILL (Linux): a rerun or rank left running would hold cores and GPUs for nobody.
+
+    The kernel kills it with SIGKILL, so it cleans up nothing: a rank stuck in a collective could
+    not run a handler anyway."""
+    if sys.platform.startswith("linux"):
+        import ctypes  # here: only such processes need it
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if parent and os.getppid() != parent:
+        os._exit(1)  # the parent ended before the line above took effect
 
 
 def role(config: pytest.Config) -> Role:
@@ -99,7 +131,7 @@ def role(config: pytest.Config) -> Role:
         return Role.RANK
     if hasattr(config, "workerinput"):
         return Role.XDIST_WORKER
-    if os.environ.get(RERUN_ENV):
+    if rerun_request() is not None:
         return Role.RERUN
     return Role.CONTROLLER
 

@@ -2,13 +2,20 @@
 
 **Spawned** (the usual case): the pytest process that collected the test (the *parent*) hosts
 a ``TCPStore`` on a free port, as torchrun's agent does, and starts ``world_size`` fresh
-``python -m pytest`` processes through torch's elastic launcher
-(:func:`torch.distributed.elastic.multiprocessing.start_processes`, what torchrun uses). Each
-rank runs that one test, with ``torch.distributed`` initialized from the usual environment
-(``RANK``, ``WORLD_SIZE``, ``MASTER_PORT``...), and writes its test reports to a JSON file. The
-parent watches the ranks: the first rank that fails or dies, or the test's timeout, ends the
-test; ranks still running are asked for their stacks (``faulthandler`` on ``SIGUSR1``), then
-killed with their process groups. The ranks' reports are merged into one per phase.
+``python -m pytest`` processes one by one, each with the handler torch's elastic launcher starts
+a worker with (:func:`~torch.distributed.elastic.multiprocessing.subprocess_handler.
+get_subprocess_handler`: a process group of its own, killed whole). Each rank runs that one
+test, with ``torch.distributed`` initialized from the usual environment (``RANK``,
+``WORLD_SIZE``, ``MASTER_PORT``...), and writes its test reports to a JSON file. The parent
+watches the ranks: the first rank that fails or dies, or the test's timeout, ends the test;
+ranks still running are asked for their stacks (``faulthandler`` on ``SIGUSR1``), then killed
+with their process groups. The ranks' reports are merged into one per phase.
+
+The timeout counts from the start of the launch: a deadline that passes while ranks are still
+being started stops the starting. A test asking for more ranks than :func:`rank_limit` fails at
+its setup, before any starts. Ctrl-C stops the ranks and removes their directory, and pytest
+ends as it does on Ctrl-C (torch's own launcher would turn SIGINT into an exception of its own
+for the rest of the run); ranks die with a parent killed outright (leaving the directory).
 
 **Launched**: pytest itself was started by ``torchrun``, ``mpirun`` or ``srun``. Every process
 is a rank: the process group is initialized once, every rank checks that all collected the
@@ -19,7 +26,6 @@ each test, so that rank 0 reports one merged outcome (the others print nothing).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import datetime
 import faulthandler
 import hashlib
@@ -28,6 +34,7 @@ import math
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,10 +48,18 @@ import pytest
 from .. import _compat
 from ..config import markers
 from ..config.invocation import child_args, keep_only
-from ..config.role import RANK_BENCH_TIME_ENV, RANK_RESULT_ENV, RERUN_ENV, Launch, launch, settings
+from ..config.options import OPTIONS, usable_cpus
+from ..config.role import (
+    RANK_BENCH_TIME_ENV,
+    RANK_RESULT_ENV,
+    RERUN_ENV,
+    Launch,
+    die_with_parent,
+    launch,
+    settings,
+)
 from ..hardware import gpus
 from ..hardware.devices import devices, hardware
-from ..logs import quieted
 
 RESULT_ENV = RANK_RESULT_ENV  # a spawned rank writes its reports here
 TEST_ENV = "HPML_RANK_TEST"  # the node id a spawned rank runs
@@ -53,9 +68,12 @@ TIMEOUT_ENV = "HPML_RANK_TIMEOUT"  # seconds, for the process group's collective
 PARENT_ENV = "HPML_RANK_PARENT"  # the parent's pid: a rank dies with it
 GROUP_ENV = "HPML_RANK_GROUP"  # "0": a test run apart on leased GPUs, no process group
 STACK_GRACE = 0.5  # seconds a running rank gets to write its stacks before it is killed
+CLOSE_GRACE = 5.0  # seconds a rank gets to end on SIGTERM before SIGKILL, as torch's launcher
+# gloo ranks of a test mostly wait for one another: a few per core still make progress, and
+# more than this many per core is a typo (world_size=10**6) sooner than a plan.
+RANKS_PER_CPU = 4
 STACKS_ENV = "HPML_RANK_STACKS"  # where a spawned rank writes its stacks when asked
 TAIL_LINES = 40
-ELASTIC_LOGGER = "torch.distributed.elastic.multiprocessing.api"
 # Frames of pytest's own machinery, left out of the stacks of ranks that were stopped.
 PLUMBING = ("/_pytest/", "/pluggy/", "<frozen runpy>", "/pytest/__main__.py")
 
@@ -110,6 +128,33 @@ def skip_reason(item: pytest.Item, asked: Spec) -> str | None:
                 f"(one per rank), found {found}"
             )
     return None
+
+
+def rank_limit(config: pytest.Config) -> tuple[int, str]:
+    """The most ranks a spawned test may start here, and why: --hpml-max-ranks, else
+    RANKS_PER_CPU per usable CPU, or one per GPU where there are more GPUs."""
+    chosen = settings(config)
+    if chosen.max_ranks is not None:
+        return chosen.max_ranks, chosen.sources["max_ranks"]
+    cpus = usable_cpus()
+    share = gpus.share(config)
+    found = len(share.every) if share else hardware(config).cuda_count
+    if found > RANKS_PER_CPU * cpus:
+        return found, f"one per GPU: {found} GPUs"
+    return RANKS_PER_CPU * cpus, f"{RANKS_PER_CPU} per usable CPU: {cpus} CPUs"
+
+
+def too_many_ranks(item: pytest.Item, asked: Spec) -> str | None:
+    """Why ``asked`` is more ranks than this machine should start at once, or None."""
+    limit, why = rank_limit(item.config)
+    if asked.world_size <= limit:
+        return None
+    option = next(opt for opt in OPTIONS if opt.dest == "max_ranks")
+    return (
+        f"{item.nodeid}: world_size={asked.world_size} is more ranks than this machine runs at "
+        f"once: at most {limit} ({why}); raise the limit with {option.cli}=N "
+        f"(env {option.env}, ini {option.ini})"
+    )
 
 
 # --------------------------------------------------------------------------- merging reports
@@ -187,6 +232,16 @@ def skipped(item: pytest.Item, reason: str) -> list[pytest.TestReport]:
     ]
 
 
+def failed(item: pytest.Item, message: str) -> list[pytest.TestReport]:
+    """The reports of a test that failed at its setup, before its ranks ran, as a test with a
+    wrong mark fails (made by pytest's own hook, so that the summary line shows ``message``)."""
+    call = pytest.CallInfo.from_call(lambda: pytest.fail(message, pytrace=False), "setup")
+    setup = item.ihook.pytest_runtest_makereport(item=item, call=call)
+    keywords = dict.fromkeys(item.keywords, 1)
+    teardown = pytest.TestReport(item.nodeid, item.location, keywords, "passed", None, "teardown")
+    return [setup, teardown]
+
+
 def spawn_protocol(
     item: pytest.Item, nextitem: pytest.Item | None, budget: Callable[[str], float]
 ) -> bool | None:
@@ -206,8 +261,11 @@ def spawn_protocol(
         return None
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     reason = skip_reason(item, asked) if asked else None
+    refused = too_many_ranks(item, asked) if asked and not reason else None
     if reason:
         reports = skipped(item, reason)
+    elif refused:
+        reports = failed(item, refused)
     elif leased and need > len(share.every):  # type: ignore[union-attr]
         reports = skipped(item, f"needs {need} GPUs, found {len(share.every)}")  # type: ignore[union-attr]
     elif leased:
@@ -343,43 +401,88 @@ def run_spawned(
     """Run ``item`` in ``asked.world_size`` fresh ranks and merge what they reported.
 
     ``visible``: the GPUs the ranks may see (leased ones); ``group``: whether they form a
-    process group (not for a plain test run apart on leased GPUs).
+    process group (not for a plain test run apart on leased GPUs). However this ends (Ctrl-C
+    included), no rank is left running and the ranks' directory is removed.
     """
     from torch.distributed import TCPStore
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
 
-    workdir = Path(tempfile.mkdtemp(prefix="pytest-hpml-ranks-"))
-    store = TCPStore("127.0.0.1", 0, asked.world_size, True, wait_for_workers=False)
-    for rank in range(asked.world_size):
-        (workdir / f"rank{rank}").mkdir()
-    bench_time = budget(item.nodeid)
-    envs = {
-        r: _rank_env(item, asked, r, store.port, workdir, bench_time)
-        for r in range(asked.world_size)
-    }
-    for env in envs.values():
-        if visible is not None:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(visible)
-        env[GROUP_ENV] = "1" if group else "0"
-    args = tuple(_rank_args(item.config, workdir, r) for r in range(asked.world_size))
-    context = start_processes(
-        name=f"hpml-{item.name}",
-        entrypoint=sys.executable,
-        args=dict(enumerate(args)),
-        envs=envs,
-        logs_specs=DefaultLogsSpecs(log_dir=str(workdir / "logs"), redirects=Std.ALL),
+    deadline = time.monotonic() + asked.timeout  # starting the ranks is part of the test
+    ranks = Ranks(Path(tempfile.mkdtemp(prefix="pytest-hpml-ranks-")))
+    try:
+        store = TCPStore("127.0.0.1", 0, asked.world_size, True, wait_for_workers=False)
+        bench_time = budget(item.nodeid)
+        for rank in range(asked.world_size):
+            if time.monotonic() > deadline:
+                return failed(item, _late(asked, rank))
+            env = _rank_env(item, asked, rank, store.port, ranks.workdir, bench_time)
+            if visible is not None:
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(visible)
+            env[GROUP_ENV] = "1" if group else "0"
+            ranks.start(rank, _rank_args(item.config, ranks.workdir, rank), env)
+        return merge(item, _watch(item, ranks, asked, deadline))
+    finally:
+        ranks.close()
+        shutil.rmtree(ranks.workdir, ignore_errors=True)
+
+
+def _late(asked: Spec, started: int) -> str:
+    return (
+        f"timed out after {asked.timeout:g} s while starting the ranks ({started} of "
+        f"{asked.world_size} started); those started were stopped"
     )
-    try:
-        runs = _watch(item, context, asked, workdir)
-    finally:
-        with quieted(ELASTIC_LOGGER):  # "Sending process N closing signal SIGTERM"
-            context.close(timeout=5)
-        _compat.close_elastic_streams(context)
-        del store
-    try:
-        return merge(item, runs)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+
+
+class Ranks:
+    """The rank processes of one test, in ``workdir`` (a directory per rank: its output, its
+    ``--basetemp``), started one by one so that a deadline can stop the starting."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.subprocess_handlers: dict[int, Any] = {}  # the name torch's launcher gives them
+
+    def start(self, rank: int, args: Sequence[str], env: dict[str, str]) -> None:
+        from torch.distributed.elastic.multiprocessing.subprocess_handler import (
+            get_subprocess_handler,
+        )
+
+        home = self.workdir / f"rank{rank}"
+        home.mkdir()
+        self.subprocess_handlers[rank] = get_subprocess_handler(
+            entrypoint=sys.executable,
+            args=tuple(args),
+            env=env,
+            stdout=str(home / "stdout.log"),
+            stderr=str(home / "stderr.log"),
+            local_rank_id=rank,
+        )
+
+    @property
+    def procs(self) -> dict[int, Any]:
+        return {rank: handler.proc for rank, handler in self.subprocess_handlers.items()}
+
+    def output(self, rank: int) -> str:
+        home = self.workdir / f"rank{rank}"
+        return _tail(str(home / "stdout.log"), str(home / "stderr.log"))
+
+    def close(self) -> None:
+        """Stop the ranks still running with their process groups (DataLoader workers too):
+        SIGTERM, then SIGKILL after CLOSE_GRACE s, as torch's launcher closes its workers."""
+        running = [h for h in self.subprocess_handlers.values() if h.proc.poll() is None]
+        for handler in running:
+            _signal_group(handler, signal.SIGTERM)
+        end = time.monotonic() + CLOSE_GRACE
+        for handler in running:
+            try:
+                handler.proc.wait(max(0.0, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(handler, signal.SIGKILL)
+                handler.proc.wait()
+        _compat.close_elastic_streams(self)
+
+
+def _signal_group(handler: Any, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it ended since it was looked at
+        handler.close(death_sig=sig)
 
 
 def _rank_env(
@@ -421,10 +524,10 @@ def _rank_args(config: pytest.Config, workdir: Path, rank: int) -> tuple[str, ..
     )
 
 
-def _watch(item: pytest.Item, context: Any, asked: Spec, workdir: Path) -> list[RankRun]:
-    """Wait for every rank, or for the first failure or the timeout; collect what they left."""
-    procs = {r: h.proc for r, h in context.subprocess_handlers.items()}
-    deadline = time.monotonic() + asked.timeout
+def _watch(item: pytest.Item, ranks: Ranks, asked: Spec, deadline: float) -> list[RankRun]:
+    """Wait for every rank, or for the first failure or the deadline; collect what they left."""
+    procs = ranks.procs
+    workdir = ranks.workdir
     stopped = None
     first = None
     while True:
@@ -449,7 +552,7 @@ def _watch(item: pytest.Item, context: Any, asked: Spec, workdir: Path) -> list[
             run.stopped = stopped
         run.reports = _read_reports(item.config, workdir / f"rank{rank}.json")
         run.stacks = _without_plumbing(_read(workdir / f"rank{rank}-stacks.txt"))
-        run.output = _tail(context.stdouts.get(rank), context.stderrs.get(rank))
+        run.output = ranks.output(rank)
         runs.append(run)
     return runs
 
@@ -514,7 +617,7 @@ class Rank:
         self.reports: list[dict[str, Any]] = []
         self.exchange_group: Any = None
         if here.spawned:
-            _die_with_parent()
+            die_with_parent(int(os.environ.get(PARENT_ENV) or 0))
             self.stacks = _stacks_file()
 
     @pytest.hookimpl(tryfirst=True)
@@ -633,16 +736,6 @@ def _export_env(here: Launch) -> None:
     os.environ.setdefault("LOCAL_RANK", str(here.local_rank))
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")
-
-
-def _die_with_parent() -> None:
-    """A spawned rank dies with its parent, even one killed with SIGKILL (Linux)."""
-    parent = int(os.environ.get(PARENT_ENV) or 0)
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if parent and os.getppid() != parent:
-        os._exit(1)  # the parent died before the line above took effect
 
 
 def _stacks_file() -> Any:

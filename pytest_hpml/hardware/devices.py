@@ -3,6 +3,10 @@
 A CUDA context in the parent breaks a later ``fork`` of ranks or DataLoader workers, so GPU
 counting uses ``torch.cuda.device_count()`` (NVML-based, no context) and the details (names,
 memory, compute capability) come from a short-lived subprocess, once per session.
+
+What the machine fingerprint needs (torch's version, the GPUs and their driver) is found
+without importing torch here while it is not loaded: that subprocess counts the GPUs too, so a
+run of pure-Python benchmarks pays neither torch's import time nor its memory.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from .. import _compat
 from ..config.role import settings
 
 _PROBE = """
@@ -66,12 +71,18 @@ def import_torch() -> Any:
     return torch
 
 
+def may_have_gpus() -> bool:
+    """False on Linux without an NVIDIA device node, where torch would count no CUDA device;
+    elsewhere only torch can tell."""
+    return not sys.platform.startswith("linux") or any(Path("/dev").glob("nvidia[0-9]*"))
+
+
 def device_count() -> int:
     """How many CUDA devices torch sees, without a CUDA context (NVML): the discovery layer.
 
     On Linux, a machine without an NVIDIA device node has none, and torch is not imported.
     """
-    if sys.platform.startswith("linux") and not any(Path("/dev").glob("nvidia[0-9]*")):
+    if not may_have_gpus():
         return 0
     torch = import_torch()
     return torch.cuda.device_count() if torch.backends.cuda.is_built() else 0
@@ -83,6 +94,12 @@ class Hardware:
     @cached_property
     def torch(self) -> Any:
         return import_torch()
+
+    @cached_property
+    def torch_version(self) -> tuple[str, str | None]:
+        """``torch.__version__`` and ``torch.version.cuda``, torch imported for them only if it
+        is loaded already or its files cannot be read."""
+        return _compat.torch_version_info(import_torch)
 
     @cached_property
     def cuda_count(self) -> int:
@@ -102,21 +119,31 @@ class Hardware:
 
     @cached_property
     def _probe(self) -> dict[str, Any]:
+        if "torch" not in sys.modules and may_have_gpus():
+            found = self._probe_counting()
+            if found is not None:
+                return found
         if not self.cuda_count:
             return {}
-        import json
-        import subprocess
-
-        out = subprocess.run(
-            [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120
-        )
+        out = _run_probe()
         if out.returncode:
             # Torch counted GPUs but cannot open them (driver mismatch, GPU busy in exclusive mode).
             raise pytest.UsageError(
                 f"torch counts {self.cuda_count} CUDA device(s) but cannot query them: "
                 + (out.stderr.strip().splitlines() or ["no output"])[-1]
             )
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        return _probed(out)
+
+    def _probe_counting(self) -> dict[str, Any] | None:
+        """The probe's findings where it counts the GPUs too, torch not being loaded here
+        (importing it only to count costs seconds and hundreds of MiB); None if it failed:
+        counting here then says why."""
+        out = _run_probe()
+        if out.returncode:
+            return None
+        found = _probed(out)
+        # No GPU counted, no driver: what counting here gives when torch sees none.
+        return found if found["gpus"] else {}
 
     @cached_property
     def mps(self) -> bool:
@@ -167,6 +194,23 @@ class Hardware:
         if self.mps:
             seen += ", mps"
         return f"{self.torch_build()}, {seen}"
+
+
+def _run_probe() -> Any:
+    """Run the probe in a fresh interpreter: a CUDA context there leaves this process free to
+    fork."""
+    import subprocess
+
+    return subprocess.run(
+        [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120
+    )
+
+
+def _probed(out: Any) -> dict[str, Any]:
+    """The probe's findings: the last line it printed."""
+    import json
+
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 HARDWARE_KEY = pytest.StashKey[Hardware]()

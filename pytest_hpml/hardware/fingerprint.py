@@ -101,15 +101,18 @@ def default_name(fp: Fingerprint) -> str:
 
 
 def current(hardware: Any, name: str = "") -> Fingerprint:
-    """This machine's fingerprint; ``hardware`` is the session's :class:`~.devices.Hardware`."""
-    torch = hardware.torch
+    """This machine's fingerprint; ``hardware`` is the session's :class:`~.devices.Hardware`.
+
+    Found without importing torch while it is not loaded (a run of pure-Python benchmarks
+    would pay seconds for it): the versions come from torch's files, the GPUs from a probe."""
+    version, cuda = hardware.torch_version
     return Fingerprint(
         cpu=cpu_model(),
         cores=usable_cpus(),
         gpus=tuple(g.name for g in hardware.gpus),
         driver=hardware.driver,
-        cuda=torch.version.cuda if hardware.gpus else None,
-        torch=torch.__version__,
+        cuda=cuda if hardware.gpus else None,
+        torch=version,
         python=".".join(platform.python_version_tuple()[:2]),
         system=f"{platform.system()}-{platform.machine()}",
         name=name,

@@ -16,8 +16,12 @@ def settings_line(settings: Settings) -> str:
         f"hpml: device={','.join(settings.devices)} precision={','.join(settings.precisions)} "
         f"backend={','.join(settings.backends)} dist-backend={settings.dist_backend} "
         f"workers={','.join(map(str, settings.workers))} seed={settings.seed} "
-        f"threshold={settings.threshold * 100:g}%"
-    )
+        + (
+            f"benchmarks=hpml threshold={settings.threshold * 100:g}%"
+            if settings.benchmarks
+            else ""
+        )
+    ).rstrip()
 
 
 def hardware_line(config: pytest.Config) -> str:

@@ -125,6 +125,8 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
     elsewhere = verdicts.other_machines()
     if elsewhere:
         reporter.write_line(f"hpml: {elsewhere}", yellow=True)
+    for note in verdicts.notes:
+        reporter.write_line(f"hpml: {note}", yellow=True)
     for path in verdicts.written:
         reporter.write_line(f"hpml: baselines recorded in {path}")
     for error in verdicts.errors:

@@ -42,6 +42,7 @@ class Verdicts:
         self.directory = Path(config.rootpath, chosen.baseline_dir)
         self.results: list[dict[str, Any]] = []
         self.errors: list[str] = []
+        self.notes: list[str] = []  # settings of other plugins that pytest-hpml overrides
         self._files: dict[Path, dict[str, Any] | None] = {}
         self.written: list[Path] = []
         self.unwritten: list[str] = []  # what could not be written, and why
@@ -151,11 +152,15 @@ class Verdicts:
             "metrics": bench.metrics,
             "verdicts": verdicts,
             "errors": self.errors[known:],
+            "notes": getattr(bench, "superseded", []),
         }
 
     def collect(self, payload: dict[str, Any]) -> None:
         self.results.append(payload)
         self.errors.extend(e for e in payload.get("errors", ()) if e not in self.errors)
+        for note in payload.get("notes", ()):
+            if note not in self.notes:
+                self.notes.append(note)
 
     @property
     def regressed(self) -> list[tuple[str, str, dict[str, Any]]]:
