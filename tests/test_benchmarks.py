@@ -188,11 +188,16 @@ def test_changed_count_regresses_exactly(project: Project) -> None:
     assert project.verdicts(result) == {("test_inner.py::test_0", "n"): "regressed"}
 
 
-def test_pytest_last_line_counts_the_regression_in_red(project: Project) -> None:
-    project.write_tests(count_tests(2))
+def doubled_count(project: Project, tests: int, *args: str) -> pytest.RunResult:
+    """Record ``tests`` count benchmarks, then run them with ``args`` counting twice as much."""
+    project.write_tests(count_tests(tests))
     project.run("--hpml-baseline=update")
     project.monkeypatch.setenv("COUNT", "2")
-    result = project.run("--color=yes")
+    return project.run(*args)
+
+
+def test_pytest_last_line_counts_the_regression_in_red(project: Project) -> None:
+    result = doubled_count(project, 2, "--color=yes")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     last = result.outlines[-1]
     assert "2 passed" in last
@@ -206,10 +211,7 @@ def test_pytest_last_line_counts_the_regression_in_red(project: Project) -> None
 
 
 def test_update_mode_prints_no_verdict_and_its_last_line_agrees(project: Project) -> None:
-    project.write_tests(count_tests(1))
-    project.run("--hpml-baseline=update")
-    project.monkeypatch.setenv("COUNT", "2")
-    result = project.run("--hpml-baseline=update")
+    result = doubled_count(project, 1, "--hpml-baseline=update")
     assert result.ret == pytest.ExitCode.OK
     assert project.verdicts(result) == {("test_inner.py::test_0", "n"): "recorded"}
     assert result.parseoutcomes() == {"passed": 1}

@@ -193,13 +193,20 @@ def test_a_process_that_dies_is_named_and_the_run_judged_on_the_others(project: 
     assert "processes" not in project.stored("machine")[TEST]["time"]
 
 
-def test_ctrl_c_while_measuring_in_more_processes_stops_them_as_pytest_stops(
+def measuring_in_two(
     project: Project, tmp_path_factory: pytest.TempPathFactory
-) -> None:
+) -> tuple[subprocess.Popen[str], int, Path]:
+    """A recording pytest, its second measuring process (by pid) running, and its TMPDIR."""
     project.write_tests(WAITS)
     tmpdir = tmp_path_factory.mktemp("tmpdir")
     inner = start_pytest(project, tmpdir, BENCH_TIME, "--hpml-baseline=update", RECORD_IN_2)
-    child = wait_for_pid(inner, project.path / "child.pid")
+    return inner, wait_for_pid(inner, project.path / "child.pid"), tmpdir
+
+
+def test_ctrl_c_while_measuring_in_more_processes_stops_them_as_pytest_stops(
+    project: Project, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    inner, child, tmpdir = measuring_in_two(project, tmp_path_factory)
     inner.send_signal(signal.SIGINT)
     out = inner.communicate(timeout=60)[0]
     assert still_running([child]) == []
@@ -213,10 +220,7 @@ def test_ctrl_c_while_measuring_in_more_processes_stops_them_as_pytest_stops(
 def test_a_measuring_process_dies_with_a_pytest_killed_from_outside(
     project: Project, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    project.write_tests(WAITS)
-    tmpdir = tmp_path_factory.mktemp("tmpdir")
-    inner = start_pytest(project, tmpdir, BENCH_TIME, "--hpml-baseline=update", RECORD_IN_2)
-    child = wait_for_pid(inner, project.path / "child.pid")
+    inner, child, tmpdir = measuring_in_two(project, tmp_path_factory)
     inner.send_signal(signal.SIGKILL)
     inner.communicate(timeout=60)
     assert still_running([child]) == []
