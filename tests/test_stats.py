@@ -228,9 +228,12 @@ def test_time_is_judged_raw_where_the_reference_unsteadies_the_baseline() -> Non
     assert result.verdict == stats.PASS
     assert result.raw_change is None  # judged raw: there is no other change to show
     assert "judged raw: the reference workload did not steady this benchmark" in result.reason
-    # In reference units the same run would have been a confident 13% improvement.
+    # In reference units the same run would have been a confident 13% improvement; as its raw
+    # times moved 5% only, it is not called one either (the raw times must show a change too).
     steady = processes([1.0, 1.1] * 3, [1.0, 1.1] * 3)  # the reference follows the time
-    assert judge_metric(current, steady, 0.06).verdict == stats.IMPROVED
+    found = judge_metric(current, steady, 0.06)
+    assert found.verdict == stats.INCONCLUSIVE
+    assert found.change < -0.1
 
 
 def test_a_fall_is_resolved_as_far_as_the_rise_it_mirrors() -> None:
@@ -268,3 +271,35 @@ def test_records_without_samples_or_with_zero_medians_get_a_verdict_not_an_error
     result = judge_metric(samples, zero, 0.06)
     assert (result.verdict, result.raw_change) == (stats.INCONCLUSIVE, None)
     assert result.reason == "the baseline's median is 0: no relative change from it"
+
+
+def timed(work: float, reference: float, seed: int = 0) -> dict[str, Any]:
+    """A time record: samples around ``work`` s, each with a reference time around ``reference``."""
+    return {
+        "kind": "time",
+        "unit": "s",
+        "samples": draws(work, 0.01 * work, seed=seed),
+        "reference": draws(reference, 0.01 * reference, seed=seed + 1),
+    }
+
+
+@pytest.mark.parametrize(
+    ("now", "verdict"),
+    [
+        (timed(1.0, 1.0, seed=2), "pass"),  # unchanged
+        (timed(1.5, 1.5, seed=2), "pass"),  # the whole machine 50% slower: the reference says so
+        (timed(1.2, 1.0, seed=2), "regressed"),  # 20% more work: raw and reference units agree
+        # Only the reference moved (twice as fast): in reference units +100%, raw unchanged. The
+        # normalization must not invent a regression.
+        (timed(1.0, 0.5, seed=2), "inconclusive"),
+        # 4x faster, but the reference 10x faster still: raw -75%, +150% in reference units.
+        (timed(0.25, 0.1, seed=2), "inconclusive"),
+    ],
+)
+def test_a_change_in_reference_units_stands_only_where_the_raw_times_show_it(
+    now: dict[str, Any], verdict: str
+) -> None:
+    found = judge_metric(now, timed(1.0, 1.0), threshold=0.06)
+    assert found.verdict == verdict, found
+    if verdict == "inconclusive":
+        assert "raw: a change must show in both beyond the threshold" in found.reason

@@ -172,9 +172,25 @@ def judge_samples(
         reason = "; ".join(r for r in (result.reason, samples.why_raw) if r)
         return dataclasses.replace(result, baseline=raw_base, current=raw_current, reason=reason)
     raw_change = None if raw_current is None or raw_base <= 0 else raw_current / raw_base - 1
-    return dataclasses.replace(
+    result = dataclasses.replace(
         result, baseline=raw_base, current=raw_current, raw_change=raw_change
     )
+    return _raw_agrees(result, threshold)
+
+
+def _raw_agrees(result: stats.Comparison, threshold: float) -> stats.Comparison:
+    """A change judged in reference units stands only where the raw times show it too: the
+    normalization corrects a machine that slowed down as a whole, it must never make a change
+    out of raw times that stayed within the threshold (Note [Raw or reference units])."""
+    if result.verdict not in (stats.REGRESSED, stats.IMPROVED) or result.raw_change is None:
+        return result
+    if result.raw_change * result.change > 0 and abs(result.raw_change) > threshold:
+        return result
+    reason = (
+        f"{result.change:+.1%} in reference units but {result.raw_change:+.1%} raw: a change "
+        "must show in both beyond the threshold"
+    )
+    return dataclasses.replace(result, verdict=stats.INCONCLUSIVE, reason=reason)
 
 
 def _median(values: list[float]) -> float | None:
