@@ -185,6 +185,15 @@ def round_target(fixture: Any) -> float:
     return max(minimum, precision(timer(fixture)) * calibration)
 
 
+def calibrated_iterations(fixture: Any, function: Callable[[], Any]) -> int:
+    """The calls per round pytest-benchmark's own calibration chooses for ``function`` (its
+    ``--benchmark-verbose`` log shows it calibrating)."""
+    runner = _require(fixture, "_make_runner", "pytest-benchmark", PYTEST_BENCHMARK)
+    calibrate = _require(fixture, "_calibrate_timer", "pytest-benchmark", PYTEST_BENCHMARK)
+    _, iterations, _ = calibrate(runner(function, (), {}))
+    return iterations
+
+
 def log(fixture: Any, message: str) -> None:
     """A line of ``--benchmark-verbose`` output, where pytest-benchmark writes its own."""
     logger = _require(fixture, "_logger", "pytest-benchmark", PYTEST_BENCHMARK)

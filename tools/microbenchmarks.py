@@ -6,7 +6,9 @@ Writes a project of 20 pytest-benchmark tests and runs it, in fresh processes:
    alternated ``--pairs`` times: the ratio of their wall times, and of their rounds;
 2. opted in (``--hpml-benchmarks``): recording the baselines (``--hpml-baseline=update``), then
    comparing with them, each timed, with each benchmark's rounds beside the rounds
-   pytest-benchmark alone takes for it, both per second of measuring.
+   pytest-benchmark alone takes for it, both per second of measuring (the time its
+   ``--benchmark-verbose`` log says its rounds ran for; for pytest-hpml, those of the first
+   process, the reference workload included).
 
     python tools/microbenchmarks.py [--pairs 3] [--keep DIR]
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -64,22 +67,34 @@ def project(path: Path) -> None:
     (path / "test_ops.py").write_text(HEADER + tests)
 
 
+RAN = re.compile(r"Ran for ([\d.]+)(m|u|n)?s\.")
+SCALE = {"": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+
+
 def run(path: Path, *args: str) -> tuple[float, dict[str, dict[str, float]], int]:
-    """Wall seconds, each benchmark's rounds and seconds of rounds, and the exit code."""
+    """Wall seconds, each benchmark's rounds and the seconds its rounds took (as
+    ``--benchmark-verbose`` says, in the order the tests ran), and the exit code."""
     out = path / "out.json"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("HPML_")}
     start = time.perf_counter()
     done = subprocess.run(
-        [*cmd, f"--benchmark-json={out}"], cwd=path, env=env, capture_output=True, text=True
+        [*cmd, f"--benchmark-json={out}", "--benchmark-verbose"],
+        cwd=path,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     wall = time.perf_counter() - start
     if done.returncode not in (0, 1):
         sys.exit(f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     rounds = {
-        b["name"]: {"rounds": b["stats"]["rounds"], "seconds": b["stats"]["total"]}
+        b["name"]: {"rounds": b["stats"]["rounds"], "iterations": b["stats"]["iterations"]}
         for b in json.loads(out.read_text())["benchmarks"]
     }
+    ran = [float(n) * SCALE[unit] for n, unit in RAN.findall(done.stderr)]
+    for name, seconds in zip([f"test_{op}" for op in OPS], ran):
+        rounds[name]["seconds"] = seconds
     return wall, rounds, done.returncode
 
 
@@ -112,15 +127,19 @@ def opted_in(path: Path) -> None:
         f"(exit {verdict}); together {record + compare:.1f} s"
     )
     print(
-        f"{'benchmark':12s} {'alone: rounds/s':>16s} {'hpml compare: rounds/s':>24s} {'ratio':>7s}"
+        f"{'benchmark':12s} {'alone: rounds x calls':>23s} {'rounds/s':>9s} "
+        f"{'hpml: rounds x calls':>21s} {'rounds/s':>9s} {'ratio':>6s}"
     )
     ratios = []
     for name in OPS:
         key = f"test_{name}"
-        base = alone[key]["rounds"] / alone[key]["seconds"]
-        here = compared[key]["rounds"] / compared[key]["seconds"]
+        a, h = alone[key], compared[key]
+        base, here = a["rounds"] / a["seconds"], h["rounds"] / h["seconds"]
         ratios.append(here / base)
-        print(f"{key:12s} {base:16.0f} {here:24.0f} {here / base:7.2f}")
+        print(
+            f"{key:12s} {a['rounds']:>15d} x {a['iterations']:>5d} {base:9.0f} "
+            f"{h['rounds']:>13d} x {h['iterations']:>5d} {here:9.0f} {here / base:6.2f}"
+        )
     print(
         f"rounds per second of measuring, hpml / alone: median {statistics.median(ratios):.2f}, "
         f"min {min(ratios):.2f}"

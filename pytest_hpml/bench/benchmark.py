@@ -297,13 +297,13 @@ def _bind(
 
 def _verbose(series: Series, plan: Plan) -> list[str]:
     """What --benchmark-verbose shows of pytest-hpml's measuring, in pytest-benchmark's words."""
-    spent = sum(series.rounds)
     lines = [
         f"  pytest-hpml: first call {series.first_call:.3g}s, then {series.warmup_calls} "
         "warm-up calls until three agree within 10%",
-        f"  Ran {len(series.rounds)} rounds x {series.iterations} iterations in {spent:.3g}s "
+        f"  pytest-hpml: {len(series.rounds)} rounds x {series.iterations} iterations "
         f"({len(series.samples)} samples of {series.rounds_per_sample} rounds; "
         f"budget {plan.budget:g}s)",
+        f"  Ran for {series.seconds:.3f}s.",  # pytest-benchmark's words for its own rounds
     ]
     if series.references_timed:
         lines.append(

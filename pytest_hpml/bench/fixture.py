@@ -52,6 +52,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
         budget=given.budget(request.node.nodeid),
         min_rounds=_compat.min_rounds(benchmark),
         round_time=_round_time(benchmark, device),
+        calibrate=_calibration(benchmark, device),
         disable_gc=_compat.disable_gc(benchmark),
         timer=_compat.timer(benchmark),
         sync=sync,
@@ -73,3 +74,10 @@ def _round_time(benchmark: Any, device: Any) -> float:
     if getattr(device, "type", "cpu") in ("cuda", "mps"):
         return Plan.min_round_time
     return _compat.round_target(benchmark)
+
+
+def _calibration(benchmark: Any, device: Any) -> Callable[[Callable[[], Any]], int] | None:
+    """pytest-benchmark's own choice of calls per round, on the CPU (Note [Samples and rounds])."""
+    if getattr(device, "type", "cpu") in ("cuda", "mps"):
+        return None
+    return lambda function: _compat.calibrated_iterations(benchmark, function)

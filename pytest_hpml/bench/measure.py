@@ -45,6 +45,7 @@ class Series:
     rounds_per_sample: int = 1
     references_timed: int = 0  # how often the reference workload ran during the rounds
     reference_seconds: float = 0.0  # and how long, in all
+    seconds: float = 0.0  # wall time of the rounds of all targets, the reference included
 
     @property
     def median(self) -> float:
@@ -64,6 +65,7 @@ class Plan:
     budget: float = 3.0  # seconds of rounds at most, reference included
     min_rounds: int = 5
     round_time: float = 5e-6  # a round lasts at least this (pytest-benchmark's calibration)
+    calibrate: Callable[[Callable[[], Any]], int] | None = None  # calls per round, if given
     min_round_time: float = 1e-3  # a sample (a run of rounds) lasts at least this
     enough_samples: int = ENOUGH_SAMPLES
     reference_share: float = 0.2  # the reference workload's share of the rounds' time, at most
@@ -153,18 +155,31 @@ class Cadence:
 def _calibrate(plan: Plan, fn: Callable[[], Any], s: Series, warm: list[float]) -> None:
     """Calls per round (a round lasts ``round_time``, as pytest-benchmark's do) and rounds per
     sample (a sample lasts ``min_round_time``); a fixed schedule keeps one round a sample.
-    Like pytest-benchmark, a round is timed and lengthened until it lasts long enough: the
-    time of one call alone overstates a short call by the clock's own cost."""
+    ``plan.calibrate`` (pytest-benchmark's own calibration) chooses the calls where given;
+    else a round is timed and lengthened until it lasts long enough, as pytest-benchmark does:
+    the time of one call alone overstates a short call by the clock's own cost."""
     estimate = max(min(warm[-3:], default=0.0) or _timed(plan, fn, 1)[0], 1e-9)
-    s.iterations = plan.iterations or max(1, math.ceil(plan.round_time / estimate))
-    for _ in range(5 if plan.iterations is None else 0):
-        elapsed = _timed(plan, fn, s.iterations)[0]
-        if elapsed >= plan.round_time:
-            estimate = max(elapsed / s.iterations, 1e-9)
-            break
-        s.iterations = math.ceil(s.iterations * 1.2 * plan.round_time / max(elapsed, 1e-9))
+    if plan.calibrate is not None and plan.iterations is None:
+        s.iterations = plan.calibrate(fn)
+        estimate = max(_timed(plan, fn, s.iterations)[0] / s.iterations, 1e-9)
+    elif plan.iterations is not None:
+        s.iterations = plan.iterations
+    else:
+        s.iterations, estimate = _lengthened(plan, fn, estimate)
     if plan.rounds is None:
         s.rounds_per_sample = max(1, math.ceil(plan.min_round_time / (s.iterations * estimate)))
+
+
+def _lengthened(plan: Plan, fn: Callable[[], Any], estimate: float) -> tuple[int, float]:
+    """Calls per round, raised until a timed round lasts ``round_time``, and the time of a
+    call that round gives."""
+    iterations = max(1, math.ceil(plan.round_time / estimate))
+    for _ in range(5):
+        elapsed = _timed(plan, fn, iterations)[0]
+        if elapsed >= plan.round_time:
+            return iterations, max(elapsed / iterations, 1e-9)
+        iterations = math.ceil(iterations * 1.2 * plan.round_time / max(elapsed, 1e-9))
+    return iterations, estimate
 
 
 def measure(
@@ -190,12 +205,14 @@ def measure(
         _calibrate(plan, fn, series[name], warm[name])
     names, first = list(targets), series[next(iter(targets))]
     cadence = Cadence(plan)
-    deadline = plan.timer() + plan.budget
+    deadline, began = plan.timer() + plan.budget, time.perf_counter()
     while _more(plan, len(first.samples), len(first.rounds), deadline):
         ref = cadence.value(first)
         shift = len(first.samples) % len(names)
         for name in names[shift:] + names[:shift]:
             results[name] = _sample(plan, targets[name], series[name], ref)
+    for s in series.values():
+        s.seconds = time.perf_counter() - began
     return series, results
 
 
