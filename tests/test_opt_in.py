@@ -142,11 +142,12 @@ def test_the_json_options_say_what_was_used(opted_in: pytest.Pytester) -> None:
 
 
 def test_superseded_settings_are_named_once(opted_in: pytest.Pytester) -> None:
-    result, _ = benchmarks(opted_in, "--benchmark-max-time=2")
+    result, _ = benchmarks(opted_in, "--benchmark-max-time=2", "--benchmark-precision=0.05")
     assert result.ret == pytest.ExitCode.OK
     out = result.stdout.str()
     assert out.count("hpml: pytest-benchmark's max_time is superseded by --hpml-bench-time") == 1
-    assert out.count("hpml: pytest-benchmark's warmup is superseded") == 1
+    assert out.count("hpml: pytest-benchmark's warmup is superseded") == 1  # the marker's
+    assert out.count("hpml: pytest-benchmark's precision is superseded") == 1
 
 
 def test_cprofile_and_verbose_are_honoured(opted_in: pytest.Pytester) -> None:

@@ -303,3 +303,27 @@ def test_a_change_in_reference_units_stands_only_where_the_raw_times_show_it(
     assert found.verdict == verdict, found
     if verdict == "inconclusive":
         assert "raw: a change must show in both beyond the threshold" in found.reason
+
+
+def verdict(name: str, p: float) -> dict[str, Any]:
+    return {"verdict": name, "change": 0.1, "confidence": 1 - p, "reason": ""}
+
+
+def test_one_marginal_regression_among_a_hundred_metrics_is_not_a_finding() -> None:
+    found = [verdict("regressed", 0.005)] + [verdict("pass", 0.5) for _ in range(99)]
+    assert stats.session_wide(found) == 1
+    assert found[0]["verdict"] == "inconclusive"
+    assert "the session's 100 tested metrics" in found[0]["reason"]
+
+
+def test_strong_or_many_changes_survive_the_session_wide_control() -> None:
+    strong = [verdict("regressed", 1e-6)] + [verdict("pass", 0.5) for _ in range(99)]
+    many = [verdict("improved", 0.005) for _ in range(10)]
+    assert stats.session_wide(strong) == stats.session_wide(many) == 0
+    assert {v["verdict"] for v in many} == {"improved"}
+
+
+def test_counts_are_not_part_of_the_family() -> None:
+    counts = [{"verdict": "regressed", "change": 1.0, "confidence": None} for _ in range(50)]
+    found = [verdict("regressed", 0.005), *counts]
+    assert stats.session_wide(found) == 0  # one tested metric: nothing to control

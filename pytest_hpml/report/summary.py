@@ -21,6 +21,7 @@ def finish(session: pytest.Session, verdicts: Verdicts) -> None:
     the run was judged against), record baselines, and fail the session on a regression."""
     if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         verdicts.measure_again()
+    verdicts.control_false_alarms()
     write_reports(verdicts)
     if verdicts.recording:
         verdicts.written = verdicts.write()
@@ -120,6 +121,11 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
         reporter.write_line(
             "hpml: improved; refresh their baselines with: pytest --hpml-baseline=update "
             + " ".join(shlex.quote(test) for test in improved)  # ids with [...] for a shell
+        )
+    if verdicts.demoted:
+        reporter.write_line(
+            f"hpml: {verdicts.demoted} change(s) not significant once the session's "
+            f"{verdicts.tested} tested metrics are counted (Benjamini-Hochberg): inconclusive"
         )
     _processes(reporter, verdicts)
     elsewhere = verdicts.other_machines()

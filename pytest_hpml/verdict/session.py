@@ -48,6 +48,8 @@ class Verdicts:
         self.unwritten: list[str] = []  # what could not be written, and why
         self.reruns: reruns.Reruns | None = None
         self.process_count = 1
+        self.demoted = 0  # regressions and improvements the session-wide control took back
+        self.tested = 0  # metrics whose verdicts rest on a test
 
     @cached_property
     def fingerprint(self) -> fingerprint.Fingerprint:
@@ -115,6 +117,15 @@ class Verdicts:
                 result["verdicts"] = self.judge(
                     result["test"], result["metrics"], result["threshold"]
                 )
+
+    def control_false_alarms(self) -> None:
+        """Judge the session's tested metrics together, so that hundreds of them do not add up
+        to a false alarm (Note [Many metrics]); compare mode only: nothing else is judged."""
+        if self.duty.baseline != "compare":
+            return
+        tested = [v for r in self.results for v in r["verdicts"].values()]
+        self.demoted = stats.session_wide(tested)
+        self.tested = sum(v.get("confidence") is not None for v in tested)
 
     def judge(self, test: str, metrics: dict[str, Any], threshold: float) -> dict[str, Any]:
         """Verdicts for every metric of one test (all ``no-baseline`` when mode is off)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 PASS = "pass"
 REGRESSED = "regressed"
@@ -190,3 +191,35 @@ def compare_value(
         return Comparison(PASS, baseline, current, change, None, tolerance)
     worse = (current > baseline) == higher_is_worse
     return Comparison(REGRESSED if worse else IMPROVED, baseline, current, change, None, tolerance)
+
+
+def session_wide(verdicts: Sequence[dict[str, Any]], alpha: float = ALPHA) -> int:
+    """Hold the session's false alarms to ``alpha`` across all its tested metrics: each
+    ``regressed`` or ``improved`` verdict whose p-value does not survive the Benjamini-Hochberg
+    procedure over every verdict that rests on a test (scipy's ``false_discovery_control``)
+    becomes ``inconclusive``. Changes ``verdicts`` (``Comparison.as dict``) in place; returns
+    how many it demoted (Note [Many metrics])."""
+    tested = [
+        v for v in verdicts if v.get("confidence") is not None and v.get("change") is not None
+    ]
+    if len(tested) < 2:
+        return 0
+    from scipy.stats import false_discovery_control  # only when verdicts are computed
+
+    p_values = [min(1.0, max(0.0, 1.0 - v["confidence"])) for v in tested]
+    adjusted = false_discovery_control(p_values, method="bh")
+    demoted = 0
+    for verdict, q in zip(tested, adjusted):
+        if verdict["verdict"] in (REGRESSED, IMPROVED) and q >= alpha:
+            verdict["reason"] = "; ".join(
+                r
+                for r in (
+                    verdict.get("reason"),
+                    f"not significant once the session's {len(tested)} tested metrics are counted "
+                    f"(Benjamini-Hochberg q = {q:.3f}, needs < {alpha:g})",
+                )
+                if r
+            )
+            verdict["verdict"] = INCONCLUSIVE
+            demoted += 1
+    return demoted
