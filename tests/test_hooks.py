@@ -99,3 +99,36 @@ def test_a_cpu_with_or_without_its_stated_clock_shares_time_baselines(
     result = project.run()
     verdict = "regressed" if found else "no-baseline"
     assert project.verdicts(result) == {("test_inner.py::test_0", "n"): verdict}
+
+
+SWINGING_REFERENCE = (
+    "import itertools\n\n\n"
+    "class Swinging:\n"
+    "    repeat = 1\n\n"
+    "    def __init__(self):\n"
+    "        self.times = itertools.cycle([0.001, 0.004])\n\n"
+    "    def time(self, timer):\n"
+    "        return next(self.times)\n\n\n"
+    "def pytest_hpml_reference_workload(device, sync):\n"
+    "    return Swinging()\n"
+)
+
+
+def test_a_busy_machine_is_flagged_when_recording_and_in_the_verdicts(project: Project) -> None:
+    # A reference workload whose time swings 4x within a run is what shared cores look like.
+    project.pytester.makeconftest(SWINGING_REFERENCE)
+    project.write_tests("import torch  # noqa: F401\n" + count_tests(1, timed=True))
+    recorded = project.bench("--hpml-baseline=update")
+    assert recorded.ret == pytest.ExitCode.OK
+    recorded.stdout.fnmatch_lines(
+        [
+            "hpml: WARNING recorded on a busy machine (the reference workload's time varied "
+            "*x within a process): test_inner.py::test_0. Baselines from such runs *"
+        ]
+    )
+    compared = project.bench("--hpml-report=r.json")
+    [result] = json.loads((project.path / "r.json").read_text())["results"]
+    reason = result["verdicts"]["time"]["reason"]
+    assert "measured on a busy machine: the reference workload's time varied" in reason
+    assert "the baseline was recorded on a busy machine" in reason
+    compared.stdout.fnmatch_lines(["hpml: 1 benchmark(s) measured on a busy machine *"])

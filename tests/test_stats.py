@@ -327,3 +327,16 @@ def test_counts_are_not_part_of_the_family() -> None:
     counts = [{"verdict": "regressed", "change": 1.0, "confidence": None} for _ in range(50)]
     found = [verdict("regressed", 0.005), *counts]
     assert stats.session_wide(found) == 0  # one tested metric: nothing to control
+
+
+def test_a_busy_machine_shows_in_the_load_or_the_reference_spread() -> None:
+    from pytest_hpml.verdict.judge import busy
+
+    quiet = {"samples": [1.0] * 20, "reference": draws(1.0, 0.05, count=20), "load": 0.5}
+    loaded = {**quiet, "load": 1.5}
+    swinging = {**quiet, "reference": [1.0, 3.0] * 10}
+    assert busy([quiet, quiet]) is None
+    assert busy([quiet, loaded]) == "load average 1.5 per usable core"
+    assert busy([swinging]) == "the reference workload's time varied 3.0x within a process"
+    found = judge_metric({"kind": "time", "unit": "s", **loaded}, {"kind": "time", **quiet}, 0.06)
+    assert found.reason == "measured on a busy machine: load average 1.5 per usable core"

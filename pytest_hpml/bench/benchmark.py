@@ -27,6 +27,7 @@ def time_metric(series: Series, budget: float | None = None) -> dict[str, Any]:
         first_call=series.first_call,
         warmup_calls=series.warmup_calls,
         iterations=series.iterations,
+        load=series.load,
     ).as_dict()
 
 

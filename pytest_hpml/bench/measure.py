@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import statistics
 import sys
 import time
@@ -46,6 +47,7 @@ class Series:
     references_timed: int = 0  # how often the reference workload ran during the rounds
     reference_seconds: float = 0.0  # and how long, in all
     seconds: float = 0.0  # wall time of the rounds of all targets, the reference included
+    load: float | None = None  # 1-minute load average per usable core when the rounds ended
 
     @property
     def median(self) -> float:
@@ -211,9 +213,22 @@ def measure(
         shift = len(first.samples) % len(names)
         for name in names[shift:] + names[:shift]:
             results[name] = _sample(plan, targets[name], series[name], ref)
+    load = load_per_core()
     for s in series.values():
-        s.seconds = time.perf_counter() - began
+        s.seconds, s.load = time.perf_counter() - began, load
     return series, results
+
+
+def load_per_core() -> float | None:
+    """The 1-minute load average per CPU this process may use (None where there is none):
+    above 1, runnable work was waiting for a core (Note [Busy machine])."""
+    from ..config.options import usable_cpus
+
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    return round(load / usable_cpus(), 3)
 
 
 def _sample(plan: Plan, fn: Callable[[], Any], s: Series, ref: float | None) -> Any:

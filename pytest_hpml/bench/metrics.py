@@ -102,6 +102,7 @@ class Metric:
 class Sampled(Metric):
     samples: list[float] = field(default_factory=list)
     reference: list[float] = field(default_factory=list)  # reference time before each round
+    load: float | None = None  # 1-minute load average per usable core, at the rounds' end
 
 
 @dataclass

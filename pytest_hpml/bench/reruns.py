@@ -35,6 +35,7 @@ from ..config.invocation import child_args, keep_only
 from ..config.role import RERUN_ENV, die_with_parent
 from .metrics import is_sampled
 
+RUN_KEYS = ("samples", "reference", "budget", "load")  # what one process's run of a metric keeps
 STOP_GRACE = 5.0  # seconds an interrupted process gets to end before it is killed
 
 
@@ -153,7 +154,7 @@ def _take(
     for result in results:
         for name, record in result["metrics"].items():
             if is_sampled(record) and record.get("samples"):
-                run = {k: record[k] for k in ("samples", "reference", "budget") if k in record}
+                run = {k: record[k] for k in RUN_KEYS if k in record}
                 found.runs.setdefault(result["test"], {}).setdefault(name, []).append(run)
 
 

@@ -127,6 +127,7 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
             f"hpml: {verdicts.demoted} change(s) not significant once the session's "
             f"{verdicts.tested} tested metrics are counted (Benjamini-Hochberg): inconclusive"
         )
+    _busy(reporter, verdicts)
     _processes(reporter, verdicts)
     elsewhere = verdicts.other_machines()
     if elsewhere:
@@ -137,6 +138,28 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
         reporter.write_line(f"hpml: baselines recorded in {path}")
     for error in verdicts.errors:
         reporter.write_line(f"hpml: ERROR {error}", red=True)
+
+
+def _busy(reporter: Any, verdicts: Verdicts) -> None:
+    """Say which benchmarks ran on a busy machine: their verdicts, or the baselines being
+    recorded from them, deserve less trust (Note [Busy machine])."""
+    found = verdicts.busy_benchmarks()
+    if not found:
+        return
+    tests = ", ".join(found)
+    if verdicts.recording:
+        reporter.write_line(
+            f"hpml: WARNING recorded on a busy machine ({next(iter(found.values()))}): {tests}. "
+            "Baselines from such runs make later verdicts noisy or wrong: record them again on "
+            "a quiet machine (--hpml-baseline=update)",
+            red=True,
+        )
+    else:
+        reporter.write_line(
+            f"hpml: {len(found)} benchmark(s) measured on a busy machine (their reasons say "
+            f"how), so their verdicts deserve less trust: {tests}",
+            yellow=True,
+        )
 
 
 def _processes(reporter: Any, verdicts: Verdicts) -> None:

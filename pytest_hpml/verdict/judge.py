@@ -111,6 +111,41 @@ def judged(
     return Judged(units(current), units(stored))
 
 
+# Signs that a run shared its cores with other work (Note [Busy machine]): the reference
+# workload's time spreading this much (90th over 10th percentile) within one process run, or
+# more runnable work than usable cores.
+BUSY_SPREAD = 2.0
+BUSY_LOAD = 1.0
+
+
+def busy(process_runs: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why these runs were measured on a busy machine, or None if nothing shows it."""
+    signs = []
+    spreads = [
+        stats.quantile(run["reference"], 0.9) / stats.quantile(run["reference"], 0.1)
+        for run in process_runs
+        if len(run.get("reference") or ()) >= 10 and min(run["reference"]) > 0
+    ]
+    if spreads and max(spreads) > BUSY_SPREAD:
+        signs.append(f"the reference workload's time varied {max(spreads):.1f}x within a process")
+    loads = [run["load"] for run in process_runs if run.get("load") is not None]
+    if loads and max(loads) > BUSY_LOAD:
+        signs.append(f"load average {max(loads):.1f} per usable core")
+    return " and ".join(signs) or None
+
+
+def _busy_reason(current: Sequence[Mapping[str, Any]], stored: Sequence[Mapping[str, Any]]) -> str:
+    here, there = busy(current), busy(stored)
+    return "; ".join(
+        text
+        for text in (
+            here and f"measured on a busy machine: {here}",
+            there and f"the baseline was recorded on a busy machine: {there}",
+        )
+        if text
+    )
+
+
 def judge_metric(
     record: dict[str, Any], base: dict[str, Any] | None, threshold: float
 ) -> stats.Comparison:
@@ -170,12 +205,19 @@ def judge_samples(
     raw_current = _median(pooled(current))
     if not samples.units:
         reason = "; ".join(r for r in (result.reason, samples.why_raw) if r)
-        return dataclasses.replace(result, baseline=raw_base, current=raw_current, reason=reason)
+        result = dataclasses.replace(result, baseline=raw_base, current=raw_current, reason=reason)
+        return _with_reason(result, _busy_reason(current, stored))
     raw_change = None if raw_current is None or raw_base <= 0 else raw_current / raw_base - 1
     result = dataclasses.replace(
         result, baseline=raw_base, current=raw_current, raw_change=raw_change
     )
-    return _raw_agrees(result, threshold)
+    return _with_reason(_raw_agrees(result, threshold), _busy_reason(current, stored))
+
+
+def _with_reason(result: stats.Comparison, reason: str) -> stats.Comparison:
+    if not reason:
+        return result
+    return dataclasses.replace(result, reason="; ".join(r for r in (result.reason, reason) if r))
 
 
 def _raw_agrees(result: stats.Comparison, threshold: float) -> stats.Comparison:

@@ -25,11 +25,11 @@ from ..config.options import Settings
 from ..config.role import Duty, duty, is_controller, settings
 from ..hardware import fingerprint
 from . import baselines, stats
-from .judge import runs
+from .judge import busy, runs
 
 MAX_STORED_SAMPLES = 400
 EARLIER_RUNS = 6  # process runs kept besides the latest run's by --hpml-baseline=append
-RUN_FIELDS = ("samples", "reference", "budget", "recorded", "commit")
+RUN_FIELDS = ("samples", "reference", "budget", "load", "recorded", "commit")
 
 
 class Verdicts:
@@ -117,6 +117,16 @@ class Verdicts:
                 result["verdicts"] = self.judge(
                     result["test"], result["metrics"], result["threshold"]
                 )
+
+    def busy_benchmarks(self) -> dict[str, str]:
+        """The benchmarks whose runs here show a busy machine, and how (Note [Busy machine])."""
+        found = {}
+        for result in self.results:
+            for record in result["metrics"].values():
+                why = busy(runs(record)) if is_sampled(record) else None
+                if why:
+                    found.setdefault(result["test"], why)
+        return found
 
     def control_false_alarms(self) -> None:
         """Judge the session's tested metrics together, so that hundreds of them do not add up
