@@ -123,7 +123,7 @@ def test_a_busy_machine_is_flagged_when_recording_and_in_the_verdicts(project: P
     recorded.stdout.fnmatch_lines(
         [
             "hpml: WARNING recorded on a busy machine (the reference workload's time varied "
-            "*x within a process): test_inner.py::test_0. Baselines from such runs *"
+            "*): test_inner.py::test_0. Baselines from such runs *"
         ]
     )
     compared = project.bench("--hpml-report=r.json")
