@@ -110,8 +110,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from .fixtures.fixtures import check_selection, uses_hpml
     from .report import header
 
-    if not config.stash[options.SETTINGS_KEY].run_slow:
+    chosen = config.stash[options.SETTINGS_KEY]
+    if not chosen.run_slow:
         markers.deselect_slow(config, items)
+    if not chosen.benchmarks:
+        markers.warn_unused_bench_marks(items)
     if any(uses_hpml(item) for item in items):
         check_selection(config, items)
         header.hardware_checked(config)

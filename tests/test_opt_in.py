@@ -159,3 +159,17 @@ def test_cprofile_and_verbose_are_honoured(opted_in: pytest.Pytester) -> None:
     assert "pytest-hpml: first call" in log
     assert "Ran for " in log
     assert " rounds x " in log
+
+
+def test_an_hpml_bench_mark_in_a_run_not_opted_in_is_named_as_without_effect(
+    inner: pytest.Pytester,
+) -> None:
+    inner.makepyfile(
+        test_marked="import pytest\n\n\n@pytest.mark.hpml_bench(threshold=0.1)\n"
+        "def test_marked(benchmark):\n    benchmark(sum, range(10))\n"
+    )
+    result = inner.runpytest_subprocess("test_marked.py", "--benchmark-disable")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(
+        ["*@pytest.mark.hpml_bench on 1 test(s) (test_marked.py::test_marked, ...) has no effect*"]
+    )

@@ -7,6 +7,7 @@ hardware a marker asks for is looked at only when its test is set up, never at i
 from __future__ import annotations
 
 import inspect
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,6 +195,21 @@ def deselect_slow(config: pytest.Config, items: list[pytest.Item]) -> None:
         config.hook.pytest_deselected(items=slow)
         dropped = set(map(id, slow))
         items[:] = [item for item in items if id(item) not in dropped]
+
+
+def warn_unused_bench_marks(items: list[pytest.Item]) -> None:
+    """hpml_bench marks mean nothing where benchmarks are pytest-benchmark's: say so once,
+    rather than let a threshold the user wrote be ignored silently (Note [Opting in])."""
+    marked = [item.nodeid for item in items if item.get_closest_marker("hpml_bench")]
+    if marked:
+        warnings.warn(
+            pytest.PytestConfigWarning(
+                f"@pytest.mark.hpml_bench on {len(marked)} test(s) ({marked[0]}, ...) has no "
+                "effect: this run's benchmarks are pytest-benchmark's; opt in with "
+                "hpml_benchmarks = true in the ini file, --hpml-benchmarks or HPML_BENCHMARKS=1"
+            ),
+            stacklevel=1,
+        )
 
 
 def gpu_skip_reason(req: GpuRequirement, hardware: Any) -> str | None:
