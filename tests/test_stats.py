@@ -340,3 +340,17 @@ def test_a_busy_machine_shows_in_the_load_or_the_reference_spread() -> None:
     assert busy([swinging]) == "the reference workload's time varied 3.0x within a process"
     found = judge_metric({"kind": "time", "unit": "s", **loaded}, {"kind": "time", **quiet}, 0.06)
     assert found.reason == "measured on a busy machine: load average 1.5 per usable core"
+
+
+def test_a_raw_change_stands_only_where_reference_units_show_it_too() -> None:
+    # A baseline whose raw times agree and whose reference swings: judged raw.
+    base = processes([1.0] * 6, [1.0, 1.3, 1.0, 1.3, 1.0, 1.3])
+    # The whole machine 40% slower since: raw +40%, the reference 40% slower too.
+    slower_machine = processes([1.4, 1.4, 1.4], [1.6, 1.6, 1.6])
+    found = judge_metric(slower_machine, base, 0.06)
+    assert found.verdict == stats.INCONCLUSIVE
+    assert "+40.1% raw but -1.2% in reference units" in found.reason
+    assert "in reference units: a change must show in both beyond the threshold" in found.reason
+    # 40% more work on an unchanged machine: both show it.
+    more_work = processes([1.4, 1.4, 1.4], [1.15, 1.15, 1.15])
+    assert judge_metric(more_work, base, 0.06).verdict == stats.REGRESSED

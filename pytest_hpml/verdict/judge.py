@@ -206,6 +206,7 @@ def judge_samples(
     if not samples.units:
         reason = "; ".join(r for r in (result.reason, samples.why_raw) if r)
         result = dataclasses.replace(result, baseline=raw_base, current=raw_current, reason=reason)
+        result = _units_agree(result, current, stored, threshold, metrics.per_second(record))
         return _with_reason(result, _busy_reason(current, stored))
     raw_change = None if raw_current is None or raw_base <= 0 else raw_current / raw_base - 1
     result = dataclasses.replace(
@@ -233,6 +234,41 @@ def _raw_agrees(result: stats.Comparison, threshold: float) -> stats.Comparison:
         "must show in both beyond the threshold"
     )
     return dataclasses.replace(result, verdict=stats.INCONCLUSIVE, reason=reason)
+
+
+def _units_agree(
+    result: stats.Comparison,
+    current: Sequence[Mapping[str, Any]],
+    stored: Sequence[Mapping[str, Any]],
+    threshold: float,
+    per_second: bool,
+) -> stats.Comparison:
+    """A change judged raw stands only where reference units show it too, when both sides
+    timed the reference: a machine slower as a whole than when the baseline was recorded is no
+    regression (Note [Raw or reference units])."""
+    if result.verdict not in (stats.REGRESSED, stats.IMPROVED):
+        return result
+    if not all(r.get("reference") for r in [*current, *stored]):
+        return result
+    medians = [
+        stats.median(
+            [s for r in side for s in stats.normalize(r["samples"], r["reference"], per_second)]
+        )
+        for side in (current, stored)
+    ]
+    units = medians[0] / medians[1] - 1 if medians[1] > 0 else None
+    if units is not None and units * result.change > 0 and abs(units) > threshold:
+        return result
+    shown = "undefined" if units is None else f"{units:+.1%}"
+    reason = (
+        f"{result.change:+.1%} raw but {shown} in reference units: a change must show in both "
+        "beyond the threshold"
+    )
+    return dataclasses.replace(
+        result,
+        verdict=stats.INCONCLUSIVE,
+        reason="; ".join(r for r in (result.reason, reason) if r),
+    )
 
 
 def _median(values: list[float]) -> float | None:
