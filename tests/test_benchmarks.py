@@ -109,15 +109,15 @@ def test_four_times_the_work_regresses_and_fails_the_session(recorded: Project) 
 
 
 def test_the_refresh_command_quotes_parametrized_ids_for_a_shell(project: Project) -> None:
+    # A count that falls is an improvement whatever the machine's load: the command is the point.
     project.write_tests(
-        WORK.replace(
-            "def test_work(benchmark):",
-            "@pytest.mark.parametrize('n', ['a b'])\ndef test_work(benchmark, n):",
-        ).replace("import os\n", "import os\n\nimport pytest\n")
+        "import os\n\nimport pytest\n\n\n@pytest.mark.parametrize('n', ['a b'])\n"
+        "def test_work(benchmark, n):\n"
+        '    benchmark.record("n", int(os.environ.get("COUNT", "2")))\n'
     )
-    project.bench("--hpml-baseline=update")
-    project.monkeypatch.setenv("WORK_SCALE", "0.25")
-    result = project.bench(THRESHOLD)
+    project.run("--hpml-baseline=update")
+    project.monkeypatch.setenv("COUNT", "1")
+    result = project.run()
     result.stdout.fnmatch_lines(
         [
             "hpml: improved; refresh their baselines with: "
