@@ -71,13 +71,18 @@ def _round_time(benchmark: Any, device: Any) -> float:
     synchronization lasts a sample, so that the synchronization does not dominate it."""
     from .measure import Plan
 
-    if getattr(device, "type", "cpu") in ("cuda", "mps"):
+    if _synchronized(device):
         return Plan.min_round_time
     return _compat.round_target(benchmark)
 
 
 def _calibration(benchmark: Any, device: Any) -> Callable[[Callable[[], Any]], int] | None:
     """pytest-benchmark's own choice of calls per round, on the CPU (Note [Samples and rounds])."""
-    if getattr(device, "type", "cpu") in ("cuda", "mps"):
+    if _synchronized(device):
         return None
     return lambda function: _compat.calibrated_iterations(benchmark, function)
+
+
+def _synchronized(device: Any) -> bool:
+    """Whether a round on ``device`` ends with an accelerator's synchronization."""
+    return getattr(device, "type", "cpu") in ("cuda", "mps")

@@ -206,13 +206,17 @@ def judge_samples(
     if not samples.units:
         reason = "; ".join(r for r in (result.reason, samples.why_raw) if r)
         result = dataclasses.replace(result, baseline=raw_base, current=raw_current, reason=reason)
-        result = _units_agree(result, current, stored, threshold, metrics.per_second(record))
+        if all(r.get("reference") for r in [*current, *stored]):
+            units = _units_change(current, stored, metrics.per_second(record))
+            result = _both_show(result, units, ("raw", "in reference units"), threshold)
         return _with_reason(result, _busy_reason(current, stored))
     raw_change = None if raw_current is None or raw_base <= 0 else raw_current / raw_base - 1
     result = dataclasses.replace(
         result, baseline=raw_base, current=raw_current, raw_change=raw_change
     )
-    return _with_reason(_raw_agrees(result, threshold), _busy_reason(current, stored))
+    if raw_change is not None:
+        result = _both_show(result, raw_change, ("in reference units", "raw"), threshold)
+    return _with_reason(result, _busy_reason(current, stored))
 
 
 def _with_reason(result: stats.Comparison, reason: str) -> stats.Comparison:
@@ -221,47 +225,20 @@ def _with_reason(result: stats.Comparison, reason: str) -> stats.Comparison:
     return dataclasses.replace(result, reason="; ".join(r for r in (result.reason, reason) if r))
 
 
-def _raw_agrees(result: stats.Comparison, threshold: float) -> stats.Comparison:
-    """A change judged in reference units stands only where the raw times show it too: the
-    normalization corrects a machine that slowed down as a whole, it must never make a change
-    out of raw times that stayed within the threshold (Note [Raw or reference units])."""
-    if result.verdict not in (stats.REGRESSED, stats.IMPROVED) or result.raw_change is None:
-        return result
-    if result.raw_change * result.change > 0 and abs(result.raw_change) > threshold:
-        return result
-    reason = (
-        f"{result.change:+.1%} in reference units but {result.raw_change:+.1%} raw: a change "
-        "must show in both beyond the threshold"
-    )
-    return dataclasses.replace(result, verdict=stats.INCONCLUSIVE, reason=reason)
-
-
-def _units_agree(
-    result: stats.Comparison,
-    current: Sequence[Mapping[str, Any]],
-    stored: Sequence[Mapping[str, Any]],
-    threshold: float,
-    per_second: bool,
+def _both_show(
+    result: stats.Comparison, other: float | None, labels: tuple[str, str], threshold: float
 ) -> stats.Comparison:
-    """A change judged raw stands only where reference units show it too, when both sides
-    timed the reference: a machine slower as a whole than when the baseline was recorded is no
-    regression (Note [Raw or reference units])."""
+    """A change stands only where the other evidence shows it too, beyond the threshold and in
+    the same direction: normalization must not make a change out of raw times within the
+    threshold, nor raw times call a machine slower as a whole a regression (Note [Raw or
+    reference units]). ``labels`` name the judged change and ``other``."""
     if result.verdict not in (stats.REGRESSED, stats.IMPROVED):
         return result
-    if not all(r.get("reference") for r in [*current, *stored]):
+    if other is not None and other * result.change > 0 and abs(other) > threshold:
         return result
-    medians = [
-        stats.median(
-            [s for r in side for s in stats.normalize(r["samples"], r["reference"], per_second)]
-        )
-        for side in (current, stored)
-    ]
-    units = medians[0] / medians[1] - 1 if medians[1] > 0 else None
-    if units is not None and units * result.change > 0 and abs(units) > threshold:
-        return result
-    shown = "undefined" if units is None else f"{units:+.1%}"
+    shown = "undefined" if other is None else f"{other:+.1%}"
     reason = (
-        f"{result.change:+.1%} raw but {shown} in reference units: a change must show in both "
+        f"{result.change:+.1%} {labels[0]} but {shown} {labels[1]}: a change must show in both "
         "beyond the threshold"
     )
     return dataclasses.replace(
@@ -269,6 +246,19 @@ def _units_agree(
         verdict=stats.INCONCLUSIVE,
         reason="; ".join(r for r in (result.reason, reason) if r),
     )
+
+
+def _units_change(
+    current: Sequence[Mapping[str, Any]], stored: Sequence[Mapping[str, Any]], per_second: bool
+) -> float | None:
+    """The change of the medians in reference units (None where the baseline's is not positive)."""
+    medians = [
+        stats.median(
+            [s for r in side for s in stats.normalize(r["samples"], r["reference"], per_second)]
+        )
+        for side in (current, stored)
+    ]
+    return medians[0] / medians[1] - 1 if medians[1] > 0 else None
 
 
 def _median(values: list[float]) -> float | None:
