@@ -75,6 +75,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
             config.pluginmanager.register(SharedGpus(budget), "hpml-gpu-share")
             config.pluginmanager.register(HeldGpus(), "hpml-gpu-hold")
+    if chosen.against and role.is_controller(config):
+        from .bench import sides
+
+        sides.prepare(config, chosen.against, chosen.against_python, chosen.against_paths)
     if chosen.report_html:
         from .report.html import check_html
 

@@ -61,7 +61,7 @@ def measure_again(
             done, results = _measure_in_one(config, tests, bench_time)
         except KeyboardInterrupt:
             found.notes.append(f"process {number} of {total} measured nothing (interrupted)")
-            _interrupted(config)
+            interrupted(config)
             break
         _take(found, results, done, number, total)
     found.seconds = time.monotonic() - start
@@ -71,8 +71,26 @@ def measure_again(
 def _measure_in_one(
     config: pytest.Config, tests: Sequence[str], bench_time: float
 ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]] | None]:
-    """One fresh process and what it measured (None if nothing). It is asked in a file that it
-    removes once read and answers in one of the same name; neither is left when this returns."""
+    """One fresh process of this tree and what it measured (None if nothing)."""
+    done, answer = ask(config, tests, bench_time)
+    return done, None if answer is None else answer["results"]
+
+
+def ask(
+    config: pytest.Config,
+    tests: Sequence[str],
+    bench_time: float,
+    *,
+    python: str = sys.executable,
+    cwd: Path | None = None,
+    args: Sequence[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
+    """Run ``tests`` in one fresh pytest process (``python -m pytest`` with the first
+    process's arguments, unless ``args`` are given) and return its answer: what it measured
+    (``results``), the tests that failed there (``failed``) and the benchmark tests it
+    collected (``benchmarks``); None if it wrote none. It is asked in a file that it removes
+    once read and answers in one of the same name; neither is left when this returns."""
     handle, name = tempfile.mkstemp(prefix="pytest-hpml-", suffix=".json")
     try:
         wanted = {
@@ -84,9 +102,9 @@ def _measure_in_one(
         with os.fdopen(handle, "w", encoding="utf-8") as request:
             json.dump(wanted, request)
         done = _run(
-            [sys.executable, "-m", "pytest", *child_args(config)],
-            cwd=config.invocation_params.dir,
-            env={**os.environ, RERUN_ENV: name},
+            [python, "-m", "pytest", *(child_args(config) if args is None else args)],
+            cwd=cwd or config.invocation_params.dir,
+            env={**os.environ, **(env or {}), RERUN_ENV: name},
         )
         return done, _answer(Path(name))
     finally:
@@ -120,7 +138,7 @@ def _stop(child: subprocess.Popen[str]) -> None:
         child.wait()
 
 
-def _interrupted(config: pytest.Config) -> None:
+def interrupted(config: pytest.Config) -> None:
     """End the run as pytest ends it on Ctrl-C: exit status 2, and pytest's own one line
     saying where the KeyboardInterrupt hit (its terminal reporter prints what this hook gets).
     Called while the KeyboardInterrupt is handled."""
@@ -130,11 +148,18 @@ def _interrupted(config: pytest.Config) -> None:
     config.hook.pytest_keyboard_interrupt(excinfo=pytest.ExceptionInfo.from_current())
 
 
-def _answer(path: Path) -> list[dict[str, Any]] | None:
+def _answer(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))["results"]
-    except (OSError, ValueError, KeyError):
+        answer = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return None
+    return answer if isinstance(answer, dict) and "results" in answer else None
+
+
+def silence(done: subprocess.CompletedProcess[str]) -> str:
+    """Why a process answered nothing: its exit status and last line of output."""
+    tail = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["no output"]
+    return f"exit {done.returncode}: {tail[0]}"
 
 
 def _take(
@@ -146,10 +171,7 @@ def _take(
 ) -> None:
     """Keep one process's sampled metrics; say why, if it measured nothing."""
     if results is None:
-        tail = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["no output"]
-        found.notes.append(
-            f"process {number} of {total} measured nothing (exit {done.returncode}: {tail[0]})"
-        )
+        found.notes.append(f"process {number} of {total} measured nothing ({silence(done)})")
         return
     for result in results:
         for name, record in result["metrics"].items():
@@ -184,16 +206,32 @@ class Rerun:
         self.tests = set(request["tests"])
         self.output = request["output"]
         self.results = results
+        self.failed: dict[str, str] = {}  # test id -> what failed
+        self.benchmarks: list[str] = []  # every benchmark test collected, wanted or not
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
-        """Deselect every test the first process does not want measured again."""
+        """Deselect every test the first process does not want measured again (after noting
+        the benchmarks collected: on the base side of --hpml-against, those the working tree
+        lacks were removed)."""
+        self.benchmarks = [i.nodeid for i in items if "benchmark" in getattr(i, "fixturenames", ())]
         keep_only(config, items, self.tests)
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Note what failed here, for the first process to report."""
+        if report.failed and report.nodeid not in self.failed:
+            lines = report.longreprtext.strip().splitlines()
+            self.failed[report.nodeid] = f"{report.when}: {lines[-1] if lines else 'failed'}"
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Write what this process measured for the first one to pool."""
-        document = {"results": self.results()}
+        document = {
+            "results": self.results(),
+            "failed": self.failed,
+            "benchmarks": self.benchmarks,
+        }
         Path(self.output).write_text(json.dumps(document), encoding="utf-8")

@@ -199,6 +199,20 @@ def parse_processes(value: str) -> int:
     return int(text)
 
 
+def parse_pairs(value: str) -> int:
+    """A whole number of pairs of processes, 2 to 32: one pair gives no spread to judge by."""
+    text = str(value).strip()
+    if not text.isdecimal() or not 2 <= int(text) <= 32:
+        raise argparse.ArgumentTypeError(f"expected 2 to 32 pairs, got {value!r}")
+    return int(text)
+
+
+def parse_paths(value: str) -> tuple[str, ...]:
+    """A comma list of directories (relative to the rootdir); empty for none."""
+    text = str(value).strip()
+    return tuple(_items(text)) if text else ()
+
+
 def parse_text(value: str) -> str:
     return str(value).strip()
 
@@ -365,6 +379,44 @@ OPTIONS: tuple[Option, ...] = (
         "SECONDS",
     ),
     Option(
+        "against",
+        "against",
+        "judge every benchmark against the code of this git revision (origin/main, a tag, a "
+        "sha; HEAD for an A/A check), measured side by side: fresh processes of the base tree "
+        "and of the working tree alternate, and the verdict rests on the pairs; stored "
+        "baselines are neither read nor written",
+        parse_text,
+        "",
+        "REV",
+    ),
+    Option(
+        "pairs",
+        "pairs",
+        "pairs of fresh processes (one of the base, one of the working tree) each benchmark "
+        "is measured in with --hpml-against; they share --hpml-bench-time",
+        parse_pairs,
+        "5",
+        "N",
+    ),
+    Option(
+        "against-python",
+        "against_python",
+        "the interpreter that runs the base side with --hpml-against (another virtualenv): "
+        "with --hpml-against=HEAD it compares two environments, e.g. two torch versions",
+        parse_text,
+        "",
+        "PATH",
+    ),
+    Option(
+        "against-paths",
+        "against_paths",
+        "directories, a comma list relative to the rootdir, put first on sys.path of each side "
+        "with --hpml-against, after the rootdir and its src/ (where the code under test lives)",
+        parse_paths,
+        "",
+        "DIRS",
+    ),
+    Option(
         "processes",
         "processes",
         "fresh processes each benchmark is measured in when it is compared with a stored time "
@@ -445,6 +497,10 @@ class Settings(NamedTuple):
     baseline_dir: str
     threshold: float
     bench_time: float
+    against: str
+    pairs: int
+    against_python: str
+    against_paths: tuple[str, ...]
     processes: int
     record_processes: int
     machine: str
@@ -510,7 +566,26 @@ def resolve(config: pytest.Config) -> Settings:
         else:
             values[opt.dest], sources[opt.dest] = opt.parse(opt.default), "default"
     _opt_in(values, sources)
+    _check_against(values, sources)
     return Settings(**values, sources=sources)
+
+
+def _check_against(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """--hpml-against judges against the base revision: it records no baseline, and it needs
+    the benchmarks measured the pytest-hpml way."""
+    if not values["against"]:
+        return
+    if values["baseline"] in ("update", "append"):
+        raise pytest.UsageError(
+            f"{sources['against']} compares with a git revision and records no baseline; "
+            f"drop {sources['baseline']}={values['baseline']}, or record in a run without "
+            "--hpml-against"
+        )
+    if not values["benchmarks"]:
+        raise pytest.UsageError(
+            f"{sources['against']} judges benchmarks, but {sources['benchmarks']} turned "
+            "pytest-hpml's benchmarks off"
+        )
 
 
 # The options that only mean something for hpml benchmarks: giving one opts the run in.
@@ -519,6 +594,10 @@ BENCHMARK_OPTIONS = (
     "baseline_dir",
     "threshold",
     "bench_time",
+    "against",
+    "pairs",
+    "against_python",
+    "against_paths",
     "processes",
     "record_processes",
     "machine",

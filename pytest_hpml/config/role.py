@@ -149,6 +149,7 @@ class Duty(NamedTuple):
     record_processes: int  # processes a baseline is recorded in (1 in reruns and ranks)
     bench_time: float | None  # seconds of rounds per benchmark set by a parent, else None
     reports: bool  # whether this process writes the --hpml-report* files
+    against: str = ""  # the base revision this process judges against (--hpml-against)
 
 
 def duty_of(chosen: Settings, config: pytest.Config) -> Duty:
@@ -163,6 +164,8 @@ def duty_of(chosen: Settings, config: pytest.Config) -> Duty:
     asked = rerun_request()
     if asked is not None:
         return Duty("off", 1, 1, float(asked["bench_time"]), False)
+    if chosen.against:  # stored baselines are neither read nor written
+        return Duty("off", 1, 1, None, True, chosen.against)
     return Duty(chosen.baseline, chosen.processes, chosen.record_processes, None, True)
 
 

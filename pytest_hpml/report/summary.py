@@ -20,7 +20,10 @@ def finish(session: pytest.Session, verdicts: Verdicts) -> None:
     """Measure again in fresh processes, write the reports (before recording: they show what
     the run was judged against), record baselines, and fail the session on a regression."""
     if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
-        verdicts.measure_again()
+        if verdicts.against is not None:
+            verdicts.measure_against()
+        else:
+            verdicts.measure_again()
     verdicts.control_false_alarms()
     write_reports(verdicts)
     if verdicts.recording:
@@ -39,7 +42,7 @@ def finish(session: pytest.Session, verdicts: Verdicts) -> None:
 def last_line(verdicts: Verdicts) -> dict[str, list[pytest.TestReport]]:
     """What fails the session, as pytest's last line counts it (the hpml summary's counts):
     failed reports that other plugins reading pytest's tallies can take for what they are."""
-    regressed = verdicts.regressed if verdicts.duty.baseline == "compare" else []
+    regressed = verdicts.regressed if verdicts.judging else []
     errors = verdicts.errors
     return {
         "regressed": [
@@ -109,15 +112,18 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
         for line in cited:
             reporter.write_line(f"  {line}")
     summary = ", ".join(f"{n} {v}" for v, n in text.counts(results).items())
-    reporter.write_line(
-        f"hpml: {summary or 'no metrics'}; baselines: {verdicts.directory} "
-        f"({verdicts.duty.baseline})"
+    against = verdicts.against
+    judged_by = (
+        f"against: {against.label()}"
+        if against is not None
+        else f"baselines: {verdicts.directory} ({verdicts.duty.baseline})"
     )
+    reporter.write_line(f"hpml: {summary or 'no metrics'}; {judged_by}")
     for test, name, v in verdicts.regressed:
         line = f"hpml: REGRESSED {test} {name}: {text.describe(v, verdicts.unit(test, name))}"
         reporter.write_line(line, red=True)
     improved = sorted({r["test"] for r in results if _has(r, stats.IMPROVED)})
-    if improved:
+    if improved and against is None:
         reporter.write_line(
             "hpml: improved; refresh their baselines with: pytest --hpml-baseline=update "
             + " ".join(shlex.quote(test) for test in improved)  # ids with [...] for a shell
@@ -129,6 +135,7 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
         )
     _busy(reporter, verdicts)
     _processes(reporter, verdicts)
+    _pairs(reporter, verdicts)
     elsewhere = verdicts.other_machines()
     if elsewhere:
         reporter.write_line(f"hpml: {elsewhere}", yellow=True)
@@ -172,6 +179,27 @@ def _processes(reporter: Any, verdicts: Verdicts) -> None:
     )
     for note in found.notes:
         reporter.write_line(f"hpml: {note}; judged on fewer processes", yellow=True)
+
+
+def _pairs(reporter: Any, verdicts: Verdicts) -> None:
+    """How head was measured against base, and what only one side has or only base failed."""
+    found = verdicts.pairs
+    if found is None:
+        return
+    reporter.write_line(
+        f"hpml: {len(found.measured)} pair(s) of processes, base and head alternating "
+        f"(they took {found.seconds:.1f} s)"
+    )
+    for test, why in sorted(found.failed.get("base", {}).items()):
+        reporter.write_line(
+            f"hpml: failed on the base side, not judged: {test} ({why})", yellow=True
+        )
+    if verdicts.removed:
+        reporter.write_line(
+            "hpml: removed (only in the base revision): " + ", ".join(verdicts.removed)
+        )
+    for note in found.notes:
+        reporter.write_line(f"hpml: {note}", yellow=True)
 
 
 def _has(result: dict[str, Any], verdict: str) -> bool:

@@ -24,7 +24,7 @@ from ..config import markers
 from ..config.options import Settings
 from ..config.role import Duty, duty, is_controller, settings
 from ..hardware import fingerprint
-from . import baselines, stats
+from . import baselines, paired, stats
 from .judge import busy, runs
 
 MAX_STORED_SAMPLES = 400
@@ -50,6 +50,8 @@ class Verdicts:
         self.process_count = 1
         self.demoted = 0  # regressions and improvements the session-wide control took back
         self.tested = 0  # metrics whose verdicts rest on a test
+        self.pairs: Any = None  # bench.sides.Pairs, once --hpml-against measured both sides
+        self.removed: list[str] = []  # benchmarks of the base revision the working tree lacks
 
     @cached_property
     def fingerprint(self) -> fingerprint.Fingerprint:
@@ -98,6 +100,8 @@ class Verdicts:
         comparison's processes, which a recording process gets too."""
         if self.duty.bench_time is not None:
             return self.duty.bench_time
+        if self.settings.against:  # this run only checks that it works: the pairs measure
+            return self.settings.bench_time / (2 * self.settings.pairs)
         if self.processes_for(test) == 1:
             return self.settings.bench_time
         return self.settings.bench_time / self.settings.processes
@@ -118,6 +122,45 @@ class Verdicts:
                     result["test"], result["metrics"], result["threshold"]
                 )
 
+    @property
+    def against(self) -> Any:
+        """The comparison's sides (``bench.sides.Against``) with --hpml-against, else None."""
+        from ..bench.sides import AGAINST_KEY
+
+        return self.config.stash.get(AGAINST_KEY, None) if self.duty.against else None
+
+    def measure_against(self) -> None:
+        """Measure every benchmark in pairs of processes of the base tree and the working
+        tree, and judge each metric on its pairs (Note [Head against base])."""
+        against = self.against
+        tests = [result["test"] for result in self.results]
+        if against is None or not tests:
+            return
+        share = self.settings.bench_time / (2 * self.settings.pairs)
+        found = self.pairs = against.measure(tests, self.settings.pairs, share)
+        self.process_count = 2 * len(found.measured)
+        on_base = found.collected.get("base")
+        for result in self.results:
+            for name, record in result["metrics"].items():
+                verdict = self._against(result, name, record, on_base)
+                result["verdicts"][name] = dataclasses.asdict(verdict)
+        on_head = found.collected.get("head")
+        if on_base is not None and on_head is not None:
+            self.removed = sorted(on_base - on_head)
+
+    def _against(
+        self, result: dict[str, Any], name: str, record: dict[str, Any], on_base: set[str] | None
+    ) -> stats.Comparison:
+        """One metric's verdict against the base side: new, not judged, or on its pairs."""
+        test, failed = result["test"], self.pairs.failed.get("base", {})
+        if on_base is not None and test not in on_base:
+            reason = "only in the working tree: nothing to compare with"
+            return stats.Comparison(stats.NEW, current=_current(record), reason=reason)
+        if test in failed:
+            reason = f"failed on the base side ({failed[test]}): not judged"
+            return stats.Comparison(stats.INCONCLUSIVE, current=_current(record), reason=reason)
+        return paired.judge_paired(record, self.pairs.runs(test, name), result["threshold"])
+
     def busy_benchmarks(self) -> dict[str, str]:
         """The benchmarks whose runs here show a busy machine, and how (Note [Busy machine])."""
         found = {}
@@ -130,8 +173,9 @@ class Verdicts:
 
     def control_false_alarms(self) -> None:
         """Judge the session's tested metrics together, so that hundreds of them do not add up
-        to a false alarm (Note [Many metrics]); compare mode only: nothing else is judged."""
-        if self.duty.baseline != "compare":
+        to a false alarm (Note [Many metrics]); compare and against modes only: nothing else is
+        judged."""
+        if not self.judging:
             return
         tested = [v for r in self.results for v in r["verdicts"].values()]
         self.demoted = stats.session_wide(tested)
@@ -197,9 +241,14 @@ class Verdicts:
         return self.duty.baseline in ("update", "append")
 
     @property
+    def judging(self) -> bool:
+        """Whether this run judges (against stored baselines or the base revision)."""
+        return self.duty.baseline == "compare" or bool(self.duty.against)
+
+    @property
     def failing(self) -> bool:
-        """A regression fails only a comparing run; an unreadable or unwritable file any."""
-        return bool(self.errors) or (self.duty.baseline == "compare" and bool(self.regressed))
+        """A regression fails only a judging run; an unreadable or unwritable file any."""
+        return bool(self.errors) or (self.judging and bool(self.regressed))
 
     def write(self) -> list[Path]:
         """Merge this run's metrics into the baseline files (update or append mode)."""
@@ -260,6 +309,13 @@ class Verdicts:
 
     def unit(self, test: str, name: str) -> str:
         return next(r["metrics"][name]["unit"] for r in self.results if r["test"] == test)
+
+
+def _current(record: dict[str, Any]) -> float | None:
+    """What a metric measured, as the verdict table shows it."""
+    if "samples" in record:
+        return stats.median(record["samples"]) if record["samples"] else None
+    return record.get("value")
 
 
 def append(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,8 @@ IMPROVED = "improved"
 NO_BASELINE = "no-baseline"
 INCONCLUSIVE = "inconclusive"
 RECORDED = "recorded"  # --hpml-baseline=update/append: measured and stored, not judged
-VERDICTS = (PASS, REGRESSED, IMPROVED, NO_BASELINE, INCONCLUSIVE, RECORDED)
+NEW = "new"  # --hpml-against: a benchmark the base revision does not have
+VERDICTS = (PASS, REGRESSED, IMPROVED, NO_BASELINE, INCONCLUSIVE, RECORDED, NEW)
 
 MIN_SAMPLES = 5
 ALPHA = 0.01
@@ -176,6 +177,60 @@ def compare_samples(
     else:
         reason = "change above the threshold but not significant: samples too noisy"
     return Comparison(INCONCLUSIVE, base, cur, change, confidence, threshold, reason)
+
+
+# The pairs' test is one-sided at 5%: with 5 pairs, a t test at 1% would need a 15% change to
+# stand 4.7 standard errors clear of noise. The threshold carries the decision on a quiet
+# machine, and the session-wide control (Note [Many metrics]) covers many metrics.
+PAIR_ALPHA = 0.05
+
+
+def compare_pairs(
+    ratios: Sequence[float],
+    *,
+    threshold: float,
+    higher_is_worse: bool = True,
+    alpha: float = PAIR_ALPHA,
+) -> Comparison:
+    """Judge head against base on the ratios of their medians, one per pair of processes
+    measured side by side (Note [Head against base]).
+
+    The change is the geometric mean of the ratios; it counts when it exceeds ``threshold``
+    and a one-sample t test on the log-ratios (scipy's ``ttest_1samp``) puts it beyond chance
+    at ``alpha``, one-sided. The reason gives the pairs and the 90% confidence interval.
+    """
+    logs = [math.log(r) for r in ratios if r > 0]
+    if len(logs) < 2:
+        reason = f"{len(logs)} usable pair(s) of processes: at least 2 are needed"
+        return Comparison(INCONCLUSIVE, reason=reason, threshold=threshold)
+    from scipy.stats import t, ttest_1samp  # only when a verdict is computed
+
+    mean = sum(logs) / len(logs)
+    change = math.expm1(mean)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    if sd == 0:  # every pair agrees exactly
+        p_up, p_down = (0.0, 1.0) if mean > 0 else (1.0, 0.0) if mean < 0 else (1.0, 1.0)
+    else:
+        p_up = float(ttest_1samp(logs, 0.0, alternative="greater").pvalue)
+        p_down = float(ttest_1samp(logs, 0.0, alternative="less").pvalue)
+    half = float(t.ppf(1 - PAIR_ALPHA, len(logs) - 1)) * sd / math.sqrt(len(logs))
+    reason = (
+        f"{len(logs)} pairs: {change:+.1%}, 90% interval {math.expm1(mean - half):+.1%} to "
+        f"{math.expm1(mean + half):+.1%}"
+    )
+    worse, p_worse = (change > 0, p_up) if higher_is_worse else (change < 0, p_down)
+    better, p_better = (change < 0, p_down) if higher_is_worse else (change > 0, p_up)
+    confidence = 1 - min(p_up, p_down)
+    verdict = PASS
+    if abs(change) > threshold:
+        if worse and p_worse < alpha:
+            verdict, confidence = REGRESSED, 1 - p_worse
+        elif better and p_better < alpha:
+            verdict, confidence = IMPROVED, 1 - p_better
+        else:
+            verdict = INCONCLUSIVE
+            reason += "; change above the threshold but the pairs disagree"
+    return Comparison(verdict, None, None, change, confidence, threshold, reason)
 
 
 def compare_value(

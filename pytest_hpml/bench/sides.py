@@ -1,0 +1,258 @@
+"""Head against base (``--hpml-against=REV``): the working tree's benchmarks and the same
+benchmarks of a git revision, measured side by side in one job (Note [Head against base]).
+
+The base revision is checked out as a detached ``git worktree`` in the temporary directory for
+the length of the run. Each side runs in fresh pytest processes that import that side's code
+first (its rootdir, ``src/`` and ``--hpml-against-paths`` lead ``sys.path``); the two sides
+alternate in pairs, in an order that cancels a drift of the machine's speed (base-head,
+head-base, base-head, ...). The processes are the reruns of :mod:`.reruns`, asked through the
+same request file; the worktree is removed at the end of the run, on Ctrl-C too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..config.invocation import child_args
+from . import reruns
+
+BASE, HEAD = "base", "head"
+GIT_TIMEOUT = 300.0  # seconds a git command may take (a worktree of a large repository)
+CHECK_TIMEOUT = 300.0  # seconds the base interpreter may take to import torch and the plugin
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of the comparison: a tree of the repository and how to run its tests."""
+
+    name: str  # BASE or HEAD
+    top: Path  # the tree's top level: the repository itself or the base worktree
+    revision: str  # the commit (12 hex digits), "+ changes" on a head with uncommitted ones
+    python: str
+
+    def path(self, head_top: Path, where: Path) -> Path:
+        """``where``, a path of the working tree, in this side's tree."""
+        try:
+            return self.top / Path(where).relative_to(head_top)
+        except ValueError:  # outside the repository: the same on both sides
+            return Path(where)
+
+
+@dataclass
+class Pairs:
+    """What the pairs of processes measured: per pair, each side's results by test id."""
+
+    base: Side
+    head: Side
+    measured: list[dict[str, dict[str, dict[str, Any]]]] = field(default_factory=list)
+    failed: dict[str, dict[str, str]] = field(default_factory=dict)  # side -> test -> why
+    collected: dict[str, set[str]] = field(default_factory=dict)  # side -> benchmark tests
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def runs(self, test: str, name: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """(head, base) records of one metric, one per pair in which both sides measured it."""
+        found = []
+        for pair in self.measured:
+            head = pair.get(HEAD, {}).get(test, {}).get(name)
+            base = pair.get(BASE, {}).get(test, {}).get(name)
+            if head is not None and base is not None:
+                found.append((head, base))
+        return found
+
+
+class Against:
+    """The comparison's two sides and the base worktree, made once in the controller."""
+
+    def __init__(self, config: pytest.Config, revision: str, python: str, paths: Sequence[str]):
+        self.config = config
+        self.asked = revision
+        self.paths = tuple(paths)
+        self.top = _toplevel(config.rootpath)
+        sha = _commit(self.top, revision)
+        self.directory = Path(tempfile.mkdtemp(prefix="pytest-hpml-base-"))
+        try:
+            _git(self.top, "worktree", "add", "--detach", "--quiet", str(self.directory), sha)
+            base_python = _check_python(python, self) if python else sys.executable
+        except BaseException:
+            self.remove()
+            raise
+        dirty = _git(self.top, "status", "--porcelain", "--untracked-files=no").strip()
+        head_sha = _commit(self.top, "HEAD")
+        self.base = Side(BASE, self.directory, sha[:12], base_python)
+        head = head_sha[:12] + (" + changes" if dirty else "")
+        self.head = Side(HEAD, self.top, head, sys.executable)
+
+    def remove(self) -> None:
+        """Remove the base worktree and git's record of it; safe to call twice."""
+        with contextlib.suppress(pytest.UsageError):  # then removed below, and pruned
+            _git(self.top, "worktree", "remove", "--force", str(self.directory))
+        shutil.rmtree(self.directory, ignore_errors=True)
+        with contextlib.suppress(pytest.UsageError):
+            _git(self.top, "worktree", "prune")
+
+    def label(self) -> str:
+        return f"base {self.base.revision} ({self.asked}) vs head {self.head.revision}"
+
+    def environment(self, side: Side) -> dict[str, str]:
+        """PYTHONPATH that puts ``side``'s code first: its rootdir, src/, the ini's paths."""
+        root = side.path(self.top, self.config.rootpath)
+        first = [root, *([root / "src"] if (root / "src").is_dir() else [])]
+        first += [root / extra for extra in self.paths]
+        earlier = os.environ.get("PYTHONPATH")
+        return {"PYTHONPATH": os.pathsep.join([*map(str, first), *([earlier] if earlier else [])])}
+
+    def arguments(self, side: Side) -> list[str]:
+        """The first process's arguments, with paths into the working tree moved to ``side``'s."""
+        moved = []
+        for arg in child_args(self.config):
+            name, equals, value = arg.partition("=")
+            if equals and os.path.isabs(value):
+                moved.append(f"{name}={side.path(self.top, Path(value))}")
+            elif os.path.isabs(arg):
+                moved.append(str(side.path(self.top, Path(arg))))
+            else:
+                moved.append(arg)
+        return moved
+
+    def measure(self, tests: Sequence[str], pairs: int, bench_time: float) -> Pairs:
+        """Measure ``tests`` in ``pairs`` pairs of fresh processes, alternating the order of
+        the sides from pair to pair. Ctrl-C stops the process measuring and ends the run as
+        pytest does, keeping the pairs completed."""
+        found = Pairs(self.base, self.head)
+        start = time.monotonic()
+        for index in range(pairs):
+            order = (self.base, self.head) if index % 2 == 0 else (self.head, self.base)
+            pair: dict[str, dict[str, dict[str, Any]]] = {}
+            try:
+                for side in order:
+                    pair[side.name] = self._one(found, side, tests, bench_time)
+            except KeyboardInterrupt:
+                found.notes.append(f"pair {index + 1} of {pairs} not completed (interrupted)")
+                reruns.interrupted(self.config)
+                break
+            found.measured.append(pair)
+        found.seconds = time.monotonic() - start
+        return found
+
+    def _one(
+        self, found: Pairs, side: Side, tests: Sequence[str], bench_time: float
+    ) -> dict[str, dict[str, Any]]:
+        """One process of ``side``: its metrics by test id (none if it answered nothing)."""
+        done, answer = reruns.ask(
+            self.config,
+            tests,
+            bench_time,
+            python=side.python,
+            cwd=side.path(self.top, self.config.invocation_params.dir),
+            args=self.arguments(side),
+            env=self.environment(side),
+        )
+        if answer is None:
+            note = f"a {side.name} process measured nothing ({reruns.silence(done)})"
+            if note not in found.notes:
+                found.notes.append(note)
+            return {}
+        for test, why in answer.get("failed", {}).items():
+            found.failed.setdefault(side.name, {}).setdefault(test, why)
+        found.collected.setdefault(side.name, set()).update(answer.get("benchmarks", ()))
+        return {result["test"]: result["metrics"] for result in answer["results"]}
+
+
+def _git(top: Path, *args: str) -> str:
+    """Run git in ``top``; a usage error saying what failed."""
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=top, capture_output=True, text=True, timeout=GIT_TIMEOUT
+        )
+    except FileNotFoundError:
+        raise pytest.UsageError(
+            "--hpml-against needs git, which is not installed here (or not on PATH)"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise pytest.UsageError(f"git {' '.join(args)} took over {GIT_TIMEOUT:g} s") from None
+    if done.returncode:
+        said = done.stderr.strip().splitlines()
+        raise pytest.UsageError(
+            f"git {' '.join(args)} failed in {top}: {said[-1] if said else done.returncode}"
+        )
+    return done.stdout
+
+
+def _toplevel(root: Path) -> Path:
+    try:
+        return Path(_git(root, "rev-parse", "--show-toplevel").strip())
+    except pytest.UsageError as exc:
+        if "not installed" in str(exc):
+            raise
+        raise pytest.UsageError(
+            f"--hpml-against compares with a git revision, but the rootdir {root} is not in a "
+            "git repository; run it in a clone, or compare with stored baselines "
+            "(--hpml-baseline)"
+        ) from None
+
+
+def _commit(top: Path, revision: str) -> str:
+    try:
+        found = _git(
+            top, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{revision}^{{commit}}"
+        )
+        return found.strip()
+    except pytest.UsageError:
+        raise pytest.UsageError(
+            f"--hpml-against={revision}: no such commit in {top}; name a branch, tag or sha "
+            "(git rev-parse must know it: in CI, fetch the base first, e.g. "
+            "actions/checkout with fetch-depth: 0)"
+        ) from None
+
+
+def _check_python(python: str, against: Against) -> str:
+    """The base side's interpreter, once it is seen to import pytest-hpml, pytest-benchmark
+    and (where this one has it) torch; a usage error otherwise."""
+    found = shutil.which(python)
+    if found is None:
+        raise pytest.UsageError(f"--hpml-against-python={python}: no such interpreter")
+    modules = ["pytest_hpml", "pytest_benchmark"]
+    if importlib.util.find_spec("torch") is not None:
+        modules.append("torch")
+    code = "; ".join(f"import {m}" for m in modules)
+    try:
+        done = subprocess.run(
+            [found, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=CHECK_TIMEOUT,
+            env={**os.environ, **against.environment(Side(BASE, against.directory, "", found))},
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise pytest.UsageError(f"--hpml-against-python={python} cannot run: {exc}") from None
+    if done.returncode:
+        said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise pytest.UsageError(
+            f"--hpml-against-python={python} cannot import {', '.join(modules)} ({said}); "
+            "install pytest-hpml (and torch) into that environment"
+        )
+    return found
+
+
+AGAINST_KEY = pytest.StashKey[Against]()
+
+
+def prepare(config: pytest.Config, revision: str, python: str, paths: Sequence[str]) -> None:
+    """Make the base worktree (a usage error if it cannot be), removed when the run ends."""
+    against = Against(config, revision, python, paths)
+    config.stash[AGAINST_KEY] = against
+    config.add_cleanup(against.remove)
