@@ -53,7 +53,10 @@ def pytest_configure(config: pytest.Config) -> None:
     def reference(device: Any, sync: Any) -> Any:
         return config.hook.pytest_hpml_reference_workload(config=config, device=device, sync=sync)
 
-    config.stash[bench_fixture.BENCH_SESSION_KEY] = bench_fixture.BenchSession(budget, reference)
+    threads = chosen.threads or (1 if chosen.against else None)  # Note [Threads]
+    config.stash[bench_fixture.BENCH_SESSION_KEY] = bench_fixture.BenchSession(
+        budget, reference, threads
+    )
     asked = role.rerun_request()
     if asked is not None:  # a process started to measure benchmarks again
         from .bench.reruns import Rerun

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from tests.conftest import Project
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKFLOW = ROOT / "examples" / "ci" / "github-actions-perf.yml"
+WORKFLOWS = ROOT / "examples" / "ci"
 FINGERPRINT = Fingerprint("Test CPU", 4, (), None, None, "2.14.1", "3.11", "Linux-x86_64", "ci")
 ODD_ID = "test_odd.py::test_shape[<b>&\"'x]"  # must come out escaped, never as markup
 IMG = re.compile(r"data:image/png;base64,([A-Za-z0-9+/=]+)")
@@ -477,16 +477,27 @@ def test_plugin_without_matplotlib_stops_before_running(
 # --- the example workflow ------------------------------------------------------------------
 
 
-def test_example_workflow_parses_and_uses_the_reports() -> None:
-    text = WORKFLOW.read_text()
-    for needed in (
+MODES = {
+    # head against base on any runner: the base commit must be fetched
+    "github-actions-perf.yml": ("--hpml-against=", "git merge-base HEAD", "fetch-depth: 0"),
+    # stored baselines on a dedicated runner, and how they are refreshed (the comment block)
+    "github-actions-perf-baselines.yml": (
         "--hpml-baseline=compare",
+        "--hpml-baseline=update",
+        "git add baselines/",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODES))
+def test_example_workflows_parse_and_use_the_reports(name: str) -> None:
+    text = (WORKFLOWS / name).read_text()
+    for needed in (
+        *MODES[name],
         "--hpml-report=hpml.json",
         "--hpml-report-html=hpml.html",
         '--hpml-report-md="$GITHUB_STEP_SUMMARY"',
         "-c constraints.txt",
-        "--hpml-baseline=update",  # how baselines are refreshed, in the comment block
-        "git add baselines/",
     ):
         assert needed in text
     yaml = pytest.importorskip("yaml")

@@ -11,6 +11,7 @@ first asks for ``benchmark``.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterator
 from typing import Any, Callable, NamedTuple
@@ -26,6 +27,7 @@ class BenchSession(NamedTuple):
 
     budget: Callable[[str], float]  # seconds of rounds for a test id, in this process
     reference: Callable[[Any, Callable[[], None]], Any]  # (device, sync) -> reference workload
+    threads: int | None = None  # torch's intra-op threads while measuring; None: leave them
 
 
 BENCH_SESSION_KEY = pytest.StashKey[BenchSession]()
@@ -62,8 +64,24 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     )
     value = HpmlBenchmark.adopt(benchmark, plan, batch_size)
     request.node.stash[BENCHMARK_KEY] = value
-    yield value
-    value.settle()  # before pytest-benchmark's own teardown, which this fixture depends on
+    with _threads(given.threads):
+        yield value
+        value.settle()  # before pytest-benchmark's own teardown, which this fixture depends on
+
+
+@contextlib.contextmanager
+def _threads(count: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to ``count`` for the test, then restored (Note [Threads])."""
+    torch = sys.modules.get("torch")
+    if count is None or torch is None:  # a pure-Python benchmark has no threads to set
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _round_time(benchmark: Any, device: Any) -> float:

@@ -213,6 +213,18 @@ def parse_paths(value: str) -> tuple[str, ...]:
     return tuple(_items(text)) if text else ()
 
 
+def parse_threads(value: str) -> int | None:
+    """``auto`` (None) or a positive number of threads."""
+    text = str(value).strip().lower()
+    if text == "auto":
+        return None
+    if not text.isdecimal() or int(text) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected auto or a positive number of threads, got {value!r}"
+        )
+    return int(text)
+
+
 def parse_text(value: str) -> str:
     return str(value).strip()
 
@@ -417,6 +429,17 @@ OPTIONS: tuple[Option, ...] = (
         "DIRS",
     ),
     Option(
+        "threads",
+        "threads",
+        "torch's intra-op CPU threads while a benchmark measures (torch.set_num_threads, set "
+        "before the test and restored after; a test that sets its own wins): auto is 1 with "
+        "--hpml-against, as torch.utils.benchmark.Timer does, and torch's default otherwise "
+        "(stored baselines were recorded with it)",
+        parse_threads,
+        "auto",
+        "N",
+    ),
+    Option(
         "processes",
         "processes",
         "fresh processes each benchmark is measured in when it is compared with a stored time "
@@ -501,6 +524,7 @@ class Settings(NamedTuple):
     pairs: int
     against_python: str
     against_paths: tuple[str, ...]
+    threads: int | None  # None: auto
     processes: int
     record_processes: int
     machine: str
@@ -598,6 +622,7 @@ BENCHMARK_OPTIONS = (
     "pairs",
     "against_python",
     "against_paths",
+    "threads",
     "processes",
     "record_processes",
     "machine",

@@ -116,6 +116,7 @@ class Comparison:
     threshold: float | None = None
     reason: str = ""
     raw_change: float | None = None  # before normalization by the reference, when it applies
+    pairs: tuple[float, ...] | None = None  # --hpml-against: head/base ratio of each pair
 
 
 def compare_samples(
@@ -202,7 +203,7 @@ def compare_pairs(
     logs = [math.log(r) for r in ratios if r > 0]
     if len(logs) < 2:
         reason = f"{len(logs)} usable pair(s) of processes: at least 2 are needed"
-        return Comparison(INCONCLUSIVE, reason=reason, threshold=threshold)
+        return Comparison(INCONCLUSIVE, threshold=threshold, reason=reason)
     from scipy.stats import t, ttest_1samp  # only when a verdict is computed
 
     mean = sum(logs) / len(logs)
@@ -230,7 +231,8 @@ def compare_pairs(
         else:
             verdict = INCONCLUSIVE
             reason += "; change above the threshold but the pairs disagree"
-    return Comparison(verdict, None, None, change, confidence, threshold, reason)
+    ratios = tuple(float(f"{r:.4g}") for r in ratios)
+    return Comparison(verdict, None, None, change, confidence, threshold, reason, pairs=ratios)
 
 
 def compare_value(

@@ -1,0 +1,153 @@
+"""Does head-against-base (``--hpml-against``) fail on real regressions and stay quiet on noise?
+
+Makes a git repository with a CPU benchmark of a few milliseconds per call, committed, then
+compares working trees against that commit N times each, interleaved: unchanged, doing 5% more
+work, and doing 15% more. Each comparison is one job of each tool, side by side:
+
+- pytest-hpml: ``pytest --hpml-against=HEAD`` at default settings;
+- pytest-benchmark: the base commit's benchmark saved (``--benchmark-save``), then the working
+  tree's compared with ``--benchmark-compare-fail=median:10%``.
+
+``--hogs 2`` starts two CPU-bound processes (``python -c "while True: pass"``) for the whole
+experiment, so that they compete with the benchmarks for the machine's cores.
+
+    python tools/against_experiment.py --runs 20 [--hogs 2] [--out results.jsonl]
+
+Prints, per version, how many comparisons each tool called a regression, and the median wall
+time of one comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+WORK = textwrap.dedent(
+    """
+    import torch
+
+    SCALE = {scale}
+    torch.manual_seed(0)
+    images = torch.randn(1, 3, 32, 32)
+    conv = torch.nn.Conv2d(3, 16, 3, padding=1)
+    head = torch.nn.Linear(16 * 32 * 32, 10)
+
+
+    def train_steps():
+        for _ in range(round(20 * SCALE)):
+            head(conv(images).relu().flatten(1)).sum().backward()
+    """
+)
+TEST = textwrap.dedent(
+    """
+    from work import train_steps
+
+
+    def test_cnn_steps(benchmark):
+        benchmark(train_steps)
+    """
+)
+VERSIONS = {"unchanged": 1.0, "5% slower": 1.05, "15% slower": 1.15}
+
+
+def git(project: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=project, check=True, capture_output=True)
+
+
+def make_project(root: Path) -> Path:
+    project = root / "project"
+    project.mkdir()
+    (project / "work.py").write_text(WORK.format(scale=1.0))
+    (project / "test_work.py").write_text(TEST)
+    (project / "pytest.ini").write_text("[pytest]\n")
+    git(project, "init", "-q")
+    git(project, "-c", "user.name=x", "-c", "user.email=x@x", "add", "-A")
+    git(project, "-c", "user.name=x", "-c", "user.email=x@x", "commit", "-qm", "base")
+    return project
+
+
+def pytest(project: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    start = time.monotonic()
+    done = subprocess.run(command, cwd=project, capture_output=True, text=True)
+    return done, time.monotonic() - start
+
+
+def hpml(project: Path, report: Path) -> dict[str, object]:
+    done, seconds = pytest(project, "--hpml-against=HEAD", f"--hpml-report={report}")
+    verdict = json.loads(report.read_text())["results"][0]["verdicts"]["time"]
+    return {
+        "exit": done.returncode,
+        "verdict": verdict["verdict"],
+        "change": verdict["change"],
+        "reason": verdict["reason"],
+        "seconds": seconds,
+    }
+
+
+def benchmark(project: Path, scale: float, storage: Path) -> dict[str, object]:
+    """pytest-benchmark's way: the base commit's code saved, then the working tree's compared."""
+    plain = ("-p", "no:hpml", f"--benchmark-storage={storage}")
+    (project / "work.py").write_text(WORK.format(scale=1.0))
+    _, first = pytest(project, *plain, "--benchmark-save=base")
+    (project / "work.py").write_text(WORK.format(scale=scale))
+    done, second = pytest(
+        project, *plain, "--benchmark-compare", "--benchmark-compare-fail=median:10%"
+    )
+    for saved in storage.rglob("*.json"):
+        saved.unlink()
+    return {"exit": done.returncode, "failed": done.returncode != 0, "seconds": first + second}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--hogs", type=int, default=0, help="CPU-bound processes competing")
+    parser.add_argument("--versions", default=",".join(VERSIONS), help="a comma list")
+    parser.add_argument("--out", type=Path, help="append one JSON line per comparison here")
+    options = parser.parse_args()
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(options.hogs)
+    ]
+    found: dict[str, list[tuple[dict, dict]]] = {}
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            project = make_project(Path(scratch))
+            for run in range(options.runs):
+                for version in options.versions.split(","):
+                    scale = VERSIONS[version]
+                    (project / "work.py").write_text(WORK.format(scale=scale))
+                    ours = hpml(project, Path(scratch, "report.json"))
+                    theirs = benchmark(project, scale, Path(scratch, "storage"))
+                    found.setdefault(version, []).append((ours, theirs))
+                    line = {"run": run, "version": version, "hogs": options.hogs}
+                    line |= {"hpml": ours, "pytest-benchmark": theirs, "load": os.getloadavg()[0]}
+                    print(json.dumps(line), flush=True)
+                    if options.out:
+                        with options.out.open("a") as out:
+                            out.write(json.dumps(line) + "\n")
+    finally:
+        for hog in hogs:
+            hog.kill()
+    print(f"\n{options.runs} comparisons per version, {options.hogs} CPU hog(s)")
+    print("version     pytest-hpml regressed  pytest-benchmark failed  seconds (hpml / pb)")
+    for version, pairs in found.items():
+        ours = sum(o["verdict"] == "regressed" for o, _ in pairs)
+        theirs = sum(t["failed"] for _, t in pairs)
+        seconds = [statistics.median(s[k]["seconds"] for s in pairs) for k in (0, 1)]
+        print(
+            f"{version:<11} {ours:>2}/{len(pairs):<19} {theirs:>2}/{len(pairs):<22} "
+            f"{seconds[0]:.1f} / {seconds[1]:.1f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
