@@ -153,3 +153,19 @@ def test_the_cycle_check_finds_a_lazy_cycle(
     monkeypatch.setattr(f"{__name__}.PACKAGE", copy)
     with pytest.raises(AssertionError, match=r"metrics -> pytest_hpml.bench.reruns"):
         test_no_module_imports_itself_back()
+
+
+def test_every_note_the_code_cites_is_in_the_notes() -> None:
+    """``Note [Name]`` in the code points to a ``## Note [Name]`` of docs/notes.md."""
+    import re
+
+    written = set(re.findall(r"^## Note \[([^]]+)\]", NOTES.read_text(), flags=re.M))
+    cited = {
+        (" ".join(name.replace("#", " ").split()), path.name)  # a name may wrap a comment line
+        for path in PACKAGE.rglob("*.py")
+        for name in re.findall(r"Note \[([^]]+)\]", path.read_text(encoding="utf-8"))
+    }
+    assert {(name, where) for name, where in cited if name not in written} == set()
+
+
+NOTES = PACKAGE.parent / "docs" / "notes.md"

@@ -3,6 +3,7 @@ exact comparison of deterministic metrics, and how each kind of metric is judged
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 
 from pytest_hpml.verdict import stats
 from pytest_hpml.verdict.judge import judge_metric
+from pytest_hpml.verdict.paired import judge_paired
 
 
 def draws(center: float, noise: float = 0.02, count: int = 40, seed: int = 0) -> list[float]:
@@ -354,3 +356,73 @@ def test_a_raw_change_stands_only_where_reference_units_show_it_too() -> None:
     # 40% more work on an unchanged machine: both show it.
     more_work = processes([1.4, 1.4, 1.4], [1.15, 1.15, 1.15])
     assert judge_metric(more_work, base, 0.06).verdict == stats.REGRESSED
+
+
+# --- head against base: verdicts on pairs of processes ----------------------------------------
+
+
+def ratios(center: float, spread: float, count: int = 5, seed: int = 0) -> list[float]:
+    """Seeded head/base ratios of ``count`` pairs around ``center`` (log-normal)."""
+    rng = random.Random(seed)
+    return [center * math.exp(rng.gauss(0, spread)) for _ in range(count)]
+
+
+def test_pairs_that_agree_on_fifteen_percent_are_a_regression() -> None:
+    result = stats.compare_pairs(ratios(1.15, 0.02), threshold=0.06)
+    assert result.verdict == stats.REGRESSED
+    assert result.change == pytest.approx(0.15, abs=0.03)
+    assert result.pairs is not None
+    assert len(result.pairs) == 5
+    assert "5 pairs: +" in result.reason
+    assert "90% interval" in result.reason
+
+
+def test_pairs_that_disagree_are_inconclusive_however_large_their_mean() -> None:
+    result = stats.compare_pairs([1.9, 0.8, 1.05, 0.95, 1.3], threshold=0.06)
+    assert result.change > 0.06
+    assert result.verdict == stats.INCONCLUSIVE
+    assert "the pairs disagree" in result.reason
+
+
+def test_unchanged_pairs_pass_and_a_faster_head_improves() -> None:
+    assert stats.compare_pairs(ratios(1.0, 0.02), threshold=0.06).verdict == stats.PASS
+    faster = stats.compare_pairs(ratios(0.8, 0.02), threshold=0.06)
+    assert faster.verdict == stats.IMPROVED
+    slower_rate = stats.compare_pairs(ratios(0.8, 0.02), threshold=0.06, higher_is_worse=False)
+    assert slower_rate.verdict == stats.REGRESSED
+
+
+def test_identical_pairs_need_no_spread_and_one_pair_is_too_few() -> None:
+    assert stats.compare_pairs([1.5, 1.5, 1.5], threshold=0.06).verdict == stats.REGRESSED
+    assert stats.compare_pairs([1.0, 1.0], threshold=0.06).verdict == stats.PASS
+    assert stats.compare_pairs([2.0], threshold=0.06).verdict == stats.INCONCLUSIVE
+
+
+def process(median: float, seed: int, reference: float = 0.01) -> dict[str, Any]:
+    """One process's run of a time metric: 30 samples 2% around ``median``, with references."""
+    return time_record(
+        draws(median, noise=0.02 * median, count=30, seed=seed),
+        draws(reference, noise=0.0002, count=30, seed=seed + 100),
+    )
+
+
+def test_paired_time_is_judged_on_the_pairs_and_shows_the_raw_medians() -> None:
+    pairs = [(process(1.15, seed=i), process(1.0, seed=50 + i)) for i in range(5)]
+    result = judge_paired(pairs[0][0], pairs, threshold=0.06)
+    assert result.verdict == stats.REGRESSED
+    assert result.baseline == pytest.approx(1.0, abs=0.02)
+    assert result.current == pytest.approx(1.15, abs=0.03)
+
+
+def test_a_process_the_other_side_lacks_leaves_fewer_pairs() -> None:
+    record = process(1.0, seed=0)
+    assert judge_paired(record, [(record, process(1.0, 1))], threshold=0.06).verdict == (
+        stats.INCONCLUSIVE
+    )
+
+
+def test_paired_counts_are_compared_exactly() -> None:
+    count = {"kind": "count", "unit": "FLOP", "value": 200.0, "tolerance": 0.0}
+    result = judge_paired(count, [(count, {**count, "value": 100.0})], threshold=0.06)
+    assert result.verdict == stats.REGRESSED
+    assert result.change == pytest.approx(1.0)

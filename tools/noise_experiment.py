@@ -7,19 +7,26 @@ in --hpml-processes processes, 3 by default), and pytest-benchmark with
 ``--benchmark-compare-fail=median:10%``.
 
     python tools/noise_experiment.py --runs 20 [--appends 2] [--keep DIR]
+    python tools/noise_experiment.py --example readme --runs 10 --hogs 2
 
 ``--appends N`` records pytest-hpml's baseline in 1 + N processes (update, then append);
-``--keep DIR`` saves each compare run's JSON report there for analysis.
+``--keep DIR`` saves each compare run's JSON report there for analysis. ``--example readme``
+measures the README's own benchmark example instead (a ``Linear(512, 512)`` training step of
+about 1 ms, ``threshold=0.05``; the slower version has 15% more rows in its batch). ``--hogs N``
+starts N CPU-bound processes (``python -c "while True: pass"``) once the baselines are
+recorded, on an idle machine, and keeps them running through the comparisons.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 BENCHMARK = textwrap.dedent(
@@ -46,10 +53,38 @@ BENCHMARK = textwrap.dedent(
 )
 
 
-def run(project: Path, scale: float, args: list[str]) -> int:
+README_EXAMPLE = textwrap.dedent(
+    """
+    import os
+
+    import pytest
+    import torch
+
+    SCALE = float(os.environ.get("WORK_SCALE", "1"))
+
+
+    @pytest.mark.hpml_bench(threshold=0.05, batch_size=64)
+    def test_train_step(benchmark, device):
+        model = torch.nn.Linear(512, 512).to(device)
+        x = torch.randn(round(64 * SCALE), 512, device=device)
+        benchmark.track(model=model)
+        benchmark(lambda: model(x).sum().backward())
+    """
+)
+EXAMPLES = {"cnn": BENCHMARK, "readme": README_EXAMPLE}
+
+
+SECONDS: dict[str, list[float]] = {}  # wall time of each compare run, by tool
+
+
+def run(project: Path, scale: float, args: list[str], tool: str = "") -> int:
     env = {**os.environ, "WORK_SCALE": str(scale)}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
-    return subprocess.run(cmd, cwd=project, env=env, capture_output=True).returncode
+    start = time.monotonic()
+    code = subprocess.run(cmd, cwd=project, env=env, capture_output=True).returncode
+    if tool:
+        SECONDS.setdefault(tool, []).append(time.monotonic() - start)
+    return code
 
 
 TOOLS = {
@@ -67,10 +102,21 @@ def main() -> None:
     parser.add_argument("--extra", type=float, default=1.15, help="work of the slower version")
     parser.add_argument("--appends", type=int, default=0, help="extra baseline processes")
     parser.add_argument("--keep", type=Path, help="save pytest-hpml's JSON reports here")
+    parser.add_argument("--example", choices=sorted(EXAMPLES), default="cnn")
+    parser.add_argument("--hogs", type=int, default=0, help="CPU-bound processes competing")
     opts = parser.parse_args()
+    hogs: list[subprocess.Popen[bytes]] = []
+    try:
+        compare(opts, hogs)
+    finally:
+        for hog in hogs:
+            hog.kill()
+
+
+def compare(opts: argparse.Namespace, hogs: list[subprocess.Popen[bytes]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp)
-        (project / "test_bench.py").write_text(BENCHMARK)
+        (project / "test_bench.py").write_text(EXAMPLES[opts.example])
         flagged = {tool: {1.0: 0, opts.extra: 0} for tool in TOOLS}
         for tool, (record, _) in TOOLS.items():
             assert run(project, 1.0, record) == 0, f"{tool}: recording the baseline failed"
@@ -78,12 +124,15 @@ def main() -> None:
             assert run(project, 1.0, ["--hpml-baseline=append"]) == 0, "appending failed"
         if opts.keep:
             opts.keep.mkdir(parents=True, exist_ok=True)
+        hogs += [
+            subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(opts.hogs)
+        ]
         for i in range(opts.runs):
             for scale in (1.0, opts.extra) if i % 2 == 0 else (opts.extra, 1.0):
                 for tool, (_, compare) in TOOLS.items():
                     if opts.keep and tool == "pytest-hpml":
                         compare = [*compare, f"--hpml-report={opts.keep}/{scale}-{i:02d}.json"]
-                    code = run(project, scale, compare)
+                    code = run(project, scale, compare, tool)
                     flagged[tool][scale] += code == 1
             print(f"run {i + 1}/{opts.runs}: {flagged}", flush=True)
     more = f"{opts.extra - 1:.0%} more work"
@@ -91,6 +140,8 @@ def main() -> None:
     for tool, found in flagged.items():
         unchanged, slower = found[1.0], found[opts.extra]
         print(f"{tool:18s} {unchanged:>14d} of {opts.runs} {slower:>20d} of {opts.runs}")
+    for tool, seconds in SECONDS.items():
+        print(f"{tool}: a compare run took {statistics.median(seconds):.1f} s (median)")
 
 
 if __name__ == "__main__":

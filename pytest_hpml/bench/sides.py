@@ -104,9 +104,6 @@ class Against:
         with contextlib.suppress(pytest.UsageError):
             _git(self.top, "worktree", "prune")
 
-    def label(self) -> str:
-        return f"base {self.base.revision} ({self.asked}) vs head {self.head.revision}"
-
     def environment(self, side: Side) -> dict[str, str]:
         """PYTHONPATH that puts ``side``'s code first: its rootdir, src/, the ini's paths."""
         root = side.path(self.top, self.config.rootpath)

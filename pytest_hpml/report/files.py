@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ..verdict.baselines import write_atomic
-from .text import COLUMNS, citations, counts, headline, rows
+from .text import COLUMNS, citations, counts, headline, rows, sides
 
 REPORT_FORMAT = "pytest-hpml-report/1"
 MARKDOWN_COLUMNS = (*COLUMNS, "reason")
@@ -92,11 +92,18 @@ def markdown(document: dict[str, Any]) -> str:
     results = document["results"]
     found = counts(results)
     fingerprint = document["fingerprint"]
+    against = document.get("against")
+    judged_by = (
+        f"against: {md(sides(against))}"
+        if against
+        else f"commit {md(document.get('commit') or '?')}, baselines: "
+        f"{md(document['baseline_mode'])}"
+    )
     lines = [
         f"### pytest-hpml benchmarks: {headline(found)}",
         "",
         f"Machine: {md(fingerprint.get('name', '?'))} ({md(fingerprint.get('id', '?'))}), "
-        f"commit {md(document.get('commit') or '?')}, baselines: {md(document['baseline_mode'])}.",
+        f"{judged_by}.",
         "",
         "| " + " | ".join(MARKDOWN_COLUMNS) + " |",
         "|" + "---|" * len(MARKDOWN_COLUMNS),
@@ -107,11 +114,24 @@ def markdown(document: dict[str, Any]) -> str:
         cells = [md(row[c]) for c in MARKDOWN_COLUMNS[:-2]] + [mark or verdict, md(row["reason"])]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", ", ".join(f"{n} {md(v)}" for v, n in found.items()) or "no metrics"]
+    lines += _one_side(against)
     cited = citations(results)
     if cited:
         lines += ["", "Published figures beside ours:", "", *(f"- {md(line)}" for line in cited)]
     lines += [f"\n**Error:** {md(e)}" for e in document.get("errors", ())]
     return "\n".join(lines) + "\n"
+
+
+def _one_side(against: dict[str, Any] | None) -> list[str]:
+    """The benchmarks --hpml-against could not judge: failed on the base side, or removed."""
+    if not against:
+        return []
+    lines = [
+        f"- failed on the base side, not judged: {md(test)} ({md(why)})"
+        for test, why in sorted((against.get("base_failed") or {}).items())
+    ]
+    lines += [f"- removed (only in the base revision): {md(t)}" for t in against.get("removed", ())]
+    return ["", *lines] if lines else []
 
 
 def write_markdown(path: Path, document: dict[str, Any]) -> None:

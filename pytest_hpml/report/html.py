@@ -127,6 +127,16 @@ def _figure_class() -> Any:
     return Figure
 
 
+def _judged_by(document: dict[str, Any]) -> dict[str, str]:
+    """What the verdicts compare with: the base revision, or the stored baselines."""
+    against = document.get("against")
+    if against:
+        return {"against": reports.sides(against)}
+    return {
+        "baselines": f"{document.get('baseline_mode', '?')}: {document.get('baseline_dir', '?')}"
+    }
+
+
 def _header(document: dict[str, Any]) -> str:
     results = document["results"]
     found = reports.counts(results)  # from the verdicts themselves, never a file's "counts"
@@ -135,7 +145,7 @@ def _header(document: dict[str, Any]) -> str:
         "machine": f"{fp.get('name', '?')} ({fp.get('id', '?')})",
         "commit": document.get("commit") or "?",
         "created": document.get("created") or "?",
-        "baselines": f"{document.get('baseline_mode', '?')}: {document.get('baseline_dir', '?')}",
+        **_judged_by(document),
         **{k: _fact(fp.get(k)) for k in ("cpu", "cores", "gpus", "driver", "cuda", "torch")},
     }
     badges = "".join(

@@ -92,6 +92,26 @@ def document(verdicts: Verdicts) -> dict[str, Any]:
         "results": verdicts.results,
         "counts": text.counts(verdicts.results),
         "errors": verdicts.errors,
+        "against": _against(verdicts),
+    }
+
+
+def _against(verdicts: Verdicts) -> dict[str, Any] | None:
+    """With --hpml-against: both sides, the pairs, and what only one side has or only base
+    failed; None otherwise."""
+    against, found = verdicts.against, verdicts.pairs
+    if against is None:
+        return None
+    return {
+        "revision": against.asked,
+        "base": against.base.revision,
+        "head": against.head.revision,
+        "base_python": against.base.python,
+        "pairs": 0 if found is None else len(found.measured),
+        "seconds": None if found is None else round(found.seconds, 1),
+        "base_failed": {} if found is None else found.failed.get("base", {}),
+        "removed": verdicts.removed,
+        "notes": [] if found is None else found.notes,
     }
 
 
@@ -114,7 +134,7 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
     summary = ", ".join(f"{n} {v}" for v, n in text.counts(results).items())
     against = verdicts.against
     judged_by = (
-        f"against: {against.label()}"
+        f"against: {text.sides(_against(verdicts))}"
         if against is not None
         else f"baselines: {verdicts.directory} ({verdicts.duty.baseline})"
     )

@@ -112,6 +112,15 @@ def headline(found: dict[str, int]) -> str:
     return f"{bad} regression(s)" if bad else "no regression"
 
 
+def sides(against: dict[str, Any]) -> str:
+    """'base 1a2b3c (origin/main) vs head 4d5e6f + changes, 5 pairs', from a report's
+    ``against`` block."""
+    base = f"base {against['base']}"
+    if against.get("revision") and not against["base"].startswith(str(against["revision"])):
+        base += f" ({against['revision']})"
+    return f"{base} vs head {against['head']}, {against.get('pairs', 0)} pairs"
+
+
 def describe(verdict: dict[str, Any], unit: str = "") -> str:
     """One line for a verdict: baseline -> current, change (and raw change), confidence."""
     parts = [f"{fmt(verdict['baseline'], unit)} -> {fmt(verdict['current'], unit)}"]

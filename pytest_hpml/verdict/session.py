@@ -165,11 +165,22 @@ class Verdicts:
         """The benchmarks whose runs here show a busy machine, and how (Note [Busy machine])."""
         found = {}
         for result in self.results:
-            for record in result["metrics"].values():
-                why = busy(runs(record)) if is_sampled(record) else None
+            for name, record in result["metrics"].items():
+                why = (
+                    busy(self._measured(result["test"], name, record))
+                    if is_sampled(record)
+                    else None
+                )
                 if why:
                     found.setdefault(result["test"], why)
         return found
+
+    def _measured(self, test: str, name: str, record: dict[str, Any]) -> list[Any]:
+        """The process runs a verdict on a metric rests on: the pairs' with --hpml-against,
+        else this session's (and its other processes')."""
+        if self.pairs is None:
+            return runs(record)
+        return [run for pair in self.pairs.runs(test, name) for run in pair]
 
     def control_false_alarms(self) -> None:
         """Judge the session's tested metrics together, so that hundreds of them do not add up

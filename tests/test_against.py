@@ -1,0 +1,285 @@
+"""Head against base (--hpml-against=REV): the inner project is a real git repository made in
+the test's directory; its committed benchmarks are the base, its working tree (uncommitted
+changes included) the head. pytest-hpml checks the base out in a real git worktree and
+measures both sides in real pytest processes.
+
+The inner benchmarks are pure Python (the processes need not import torch, so a pair takes
+about a second) and their changes are large (4x the work, or a count), so that every verdict
+asserted here holds on a busy machine too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import venv
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.conftest import BENCH_TIME
+
+if TYPE_CHECKING:
+    from tests.conftest import Project
+
+pytestmark = pytest.mark.skipif(
+    subprocess.run(["git", "--version"], capture_output=True).returncode != 0,
+    reason="needs git",
+)
+
+# The code under test: the base commits SCALE = 1; a working tree changes it.
+WORK = "SCALE = {scale}\n\n\ndef work():\n    return sum(range(int(20_000 * SCALE)))\n"
+TESTS = """
+import os
+
+from work import SCALE, work
+
+
+def test_timed(benchmark):
+    benchmark(work)
+
+
+def test_counted(benchmark):
+    benchmark.record("calls", round(10 * SCALE))
+"""
+QUICK = (BENCH_TIME, "--hpml-pairs=3")  # 3 pairs: the t test on 2 needs a 6.3-sigma change
+
+
+def git(path: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+@pytest.fixture
+def repo(project: Project) -> Project:
+    """The inner project committed at SCALE = 1, as a git repository."""
+    project.pytester.makepyfile(work=WORK.format(scale=1), test_inner=TESTS)
+    git(project.path, "init", "-q")
+    git(project.path, "add", "-A")
+    git(project.path, "commit", "-qm", "base")
+    return project
+
+
+def worktrees(path: Path) -> list[str]:
+    """The worktrees git knows of the repository at ``path`` (the main one first)."""
+    lines = git(path, "worktree", "list", "--porcelain").splitlines()
+    return [line.split(" ", 1)[1] for line in lines if line.startswith("worktree ")]
+
+
+def left_in(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.glob("pytest-hpml-*"))
+
+
+def table_verdicts(project: Project, result: pytest.RunResult) -> dict[str, str]:
+    return {test.split("::")[1]: v for (test, _), v in project.verdicts(result).items()}
+
+
+def test_a_slower_working_tree_regresses_against_its_commit(repo: Project) -> None:
+    repo.pytester.makepyfile(work=WORK.format(scale=4))  # uncommitted: 4x the work
+    result = repo.run("--hpml-against=HEAD", *QUICK, "--hpml-report=r.json")
+    assert table_verdicts(repo, result) == {"test_timed": "regressed", "test_counted": "regressed"}
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["hpml: 2 regressed; against: base * (HEAD) vs head * + changes, 3 pairs"]
+    )
+    report = json.loads((repo.path / "r.json").read_text())
+    assert report["against"]["revision"] == "HEAD"
+    assert report["against"]["pairs"] == 3
+    assert report["against"]["head"].endswith(" + changes")
+    (timed,) = [r for r in report["results"] if r["test"].endswith("test_timed")]
+    verdict = timed["verdicts"]["time"]
+    assert len(verdict["pairs"]) == 3
+    assert min(verdict["pairs"]) > 2  # each pair saw about 4x the work
+    assert report["results"][1]["verdicts"]["calls"]["change"] == pytest.approx(3.0)  # 40 vs 10
+    assert worktrees(repo.path) == [str(repo.path)]  # the base worktree is gone
+
+
+def test_an_unchanged_tree_passes_against_head(repo: Project) -> None:
+    result = repo.run("--hpml-against=HEAD", *QUICK, "--hpml-threshold=50%")
+    assert table_verdicts(repo, result) == {"test_timed": "pass", "test_counted": "pass"}
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["hpml: 3 pair(s) of processes, base and head alternating *"])
+    assert worktrees(repo.path) == [str(repo.path)]
+
+
+def test_the_base_side_runs_the_base_code_first_on_sys_path(repo: Project) -> None:
+    """Each side imports its own tree's ``work``: a faster working tree improves."""
+    repo.pytester.makepyfile(work=WORK.format(scale=0.25))
+    result = repo.run("--hpml-against=HEAD", *QUICK, "-k", "counted")
+    assert table_verdicts(repo, result) == {"test_counted": "improved"}
+    assert result.ret == pytest.ExitCode.OK
+    assert "refresh their baselines" not in result.stdout.str()  # nothing is stored here
+
+
+def test_new_and_removed_benchmarks_are_shown_not_failed(repo: Project) -> None:
+    source = TESTS.replace("def test_counted(", "def test_added(")
+    repo.pytester.makepyfile(test_inner=source, work=WORK.format(scale=3))
+    result = repo.run("--hpml-against=HEAD", *QUICK, "--hpml-report-md=r.md")
+    verdicts = table_verdicts(repo, result)
+    assert verdicts["test_added"] == "new"
+    assert "test_counted" not in verdicts
+    result.stdout.fnmatch_lines(
+        ["hpml: removed (only in the base revision): test_inner.py::test_counted"]
+    )
+    markdown = (repo.path / "r.md").read_text()
+    assert "removed (only in the base revision): test\\_inner.py::test\\_counted" in markdown
+    assert "against: base " in markdown
+
+
+def test_a_benchmark_failing_on_the_base_side_is_reported_not_failed(repo: Project) -> None:
+    broken = TESTS.replace("    benchmark(work)\n", "    benchmark(work)\n    assert SCALE != 1\n")
+    repo.pytester.makepyfile(test_inner=broken)
+    git(repo.path, "commit", "-qam", "a base whose test_timed fails")
+    repo.pytester.makepyfile(test_inner=TESTS)  # the working tree fixes it
+    result = repo.run("--hpml-against=HEAD", *QUICK)
+    assert table_verdicts(repo, result)["test_timed"] == "inconclusive"
+    result.stdout.fnmatch_lines(
+        ["hpml: failed on the base side, not judged: test_inner.py::test_timed (call: *)"]
+    )
+    assert result.ret == pytest.ExitCode.OK
+
+
+def test_a_branch_name_is_a_revision(repo: Project) -> None:
+    git(repo.path, "branch", "before")
+    repo.pytester.makepyfile(work=WORK.format(scale=2))
+    git(repo.path, "commit", "-qam", "twice the calls")
+    result = repo.run("--hpml-against=before", *QUICK, "-k", "counted")
+    assert table_verdicts(repo, result) == {"test_counted": "regressed"}
+    result.stdout.fnmatch_lines(["hpml: 1 regressed; against: base * (before) vs head *, 3 pairs"])
+
+
+# --- errors: one usage error, nothing left behind -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--hpml-against=no-such-rev"], "*--hpml-against=no-such-rev: no such commit in *"),
+        (
+            ["--hpml-against=HEAD", "--hpml-baseline=update"],
+            "*--hpml-against compares with a git revision and records no baseline*",
+        ),
+        (
+            ["--hpml-against=HEAD", "--hpml-against-python=/no/such/python"],
+            "*--hpml-against-python=/no/such/python: no such interpreter*",
+        ),
+    ],
+)
+def test_a_bad_revision_or_setting_is_a_usage_error(
+    repo: Project, args: list[str], message: str
+) -> None:
+    before = left_in(Path(tempfile.gettempdir()))
+    result = repo.run(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert "Traceback" not in result.stderr.str()
+    assert worktrees(repo.path) == [str(repo.path)]
+    assert left_in(Path(tempfile.gettempdir())) == before
+
+
+def test_outside_a_git_repository_is_a_usage_error(project: Project) -> None:
+    project.pytester.makepyfile(work=WORK.format(scale=1), test_inner=TESTS)
+    result = project.run("--hpml-against=HEAD")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*is not in a git repository; run it in a clone*"])
+
+
+def test_without_git_installed_is_a_usage_error(
+    repo: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no git on it
+    result = repo.run("--hpml-against=HEAD")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--hpml-against needs git, which is not installed here*"])
+
+
+def test_an_interpreter_without_the_plugin_is_a_usage_error(repo: Project, tmp_path: Path) -> None:
+    """A real virtualenv without pytest-hpml (nor torch) as the base side's interpreter."""
+    venv.create(tmp_path / "bare", with_pip=False)
+    python = tmp_path / "bare" / "bin" / "python"
+    result = repo.run("--hpml-against=HEAD", f"--hpml-against-python={python}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"*--hpml-against-python={python} cannot import pytest_hpml*install pytest-hpml*"]
+    )
+    assert worktrees(repo.path) == [str(repo.path)]
+
+
+def test_a_worktree_that_cannot_be_made_is_a_usage_error(repo: Project) -> None:
+    """A commit that names a file git lost: the revision resolves, its checkout fails."""
+    blob = git(repo.path, "rev-parse", "HEAD:work.py").strip()
+    (repo.path / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    before = left_in(Path(tempfile.gettempdir()))
+    result = repo.run("--hpml-against=HEAD")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: git worktree add --detach --quiet * failed in *"])
+    assert "Traceback" not in result.stderr.str()
+    assert worktrees(repo.path) == [str(repo.path)]
+    assert left_in(Path(tempfile.gettempdir())) == before
+
+
+def test_ctrl_c_while_the_sides_measure_leaves_no_worktree(repo: Project, tmp_path: Path) -> None:
+    """SIGINT to a real pytest while a base process measures: pytest's exit on Ctrl-C, the
+    process stopped, and neither the worktree nor a request file left."""
+    waits = TESTS.replace(
+        "    benchmark(work)\n",
+        "    if os.environ.get('HPML_RERUN'):\n"
+        "        open('child.pid', 'w').write(str(os.getpid()))\n"
+        "        import time; time.sleep(600)\n"
+        "    benchmark(work)\n",
+    )
+    repo.pytester.makepyfile(test_inner=waits)
+    git(repo.path, "commit", "-qam", "a benchmark that waits in a measuring process")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    inner = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--hpml-against=HEAD"],
+        cwd=repo.path,
+        env={**os.environ, "TMPDIR": str(scratch)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        pid = _wait_for(inner, scratch)
+        inner.send_signal(signal.SIGINT)
+        output, _ = inner.communicate(timeout=60)
+    finally:
+        inner.kill()
+    assert inner.returncode == pytest.ExitCode.INTERRUPTED, output
+    assert "KeyboardInterrupt" in output
+    assert not _alive(pid)
+    assert left_in(scratch) == []
+    assert worktrees(repo.path) == [str(repo.path)]
+
+
+def _wait_for(inner: subprocess.Popen[str], scratch: Path, seconds: float = 120) -> int:
+    """The pid of the first measuring process, once it waits in the base worktree."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and inner.poll() is None:
+        found = list(scratch.glob("pytest-hpml-base-*/child.pid"))
+        if found and found[0].read_text().strip():
+            return int(found[0].read_text())
+        time.sleep(0.1)
+    raise AssertionError(f"no measuring process started: {inner.communicate()[0]}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
