@@ -5,7 +5,8 @@ A sampled metric gives one ratio per pair, head's median over base's (in units o
 reference workload where that steadies the base side's processes, as in the stored-baseline
 mode); the verdict rests on the spread of the pairs' log-ratios, a one-sample t test from
 scipy, plus the threshold, and the change must show both raw and in reference units. A count
-is compared exactly between the sides.
+is compared exactly between the sides (the median of its processes' values, for a measured
+value recorded with a tolerance).
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ def judge_paired(
     if kind is None:
         reason = f"unknown metric kind {record.get('kind')!r}: not judged"
         return stats.Comparison(stats.INCONCLUSIVE, reason=reason)
-    if not kind.sampled:
+    if not kind.sampled:  # the same in every process, or a value with its tolerance
         if not pairs:
             return stats.Comparison(stats.INCONCLUSIVE, reason="the base side did not measure it")
-        return judge_count(pairs[0][0], pairs[0][1], threshold)
+        head, base = ({"value": stats.median([p[i]["value"] for p in pairs])} for i in (0, 1))
+        return judge_count({**record, **head}, base, threshold)
     usable = [(h, b) for h, b in pairs if h.get("samples") and b.get("samples")]
     if len(usable) < 2:
         reason = f"{len(usable)} complete pair(s) of processes: at least 2 are needed"
