@@ -81,7 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if chosen.against and role.is_controller(config):
         from .bench import sides
 
-        sides.prepare(config, chosen.against, chosen.against_python, chosen.against_paths)
+        sides.prepare(config, chosen, launched=role.launch(config) is not None)
     if chosen.report_html:
         from .report.html import check_html
 

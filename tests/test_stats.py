@@ -406,12 +406,22 @@ def process(median: float, seed: int, reference: float = 0.01) -> dict[str, Any]
     )
 
 
-def test_paired_time_is_judged_on_the_pairs_and_shows_the_raw_medians() -> None:
+def test_paired_time_is_judged_on_each_process_fastest_sample() -> None:
     pairs = [(process(1.15, seed=i), process(1.0, seed=50 + i)) for i in range(5)]
     result = judge_paired(pairs[0][0], pairs, threshold=0.06)
     assert result.verdict == stats.REGRESSED
-    assert result.baseline == pytest.approx(1.0, abs=0.02)
-    assert result.current == pytest.approx(1.15, abs=0.03)
+    assert result.change == pytest.approx(0.15, abs=0.03)
+    assert result.baseline == stats.median([min(b["samples"]) for _, b in pairs])
+    assert result.current == stats.median([min(h["samples"]) for h, _ in pairs])
+
+
+def test_a_slow_stretch_within_a_process_does_not_move_its_fastest_sample() -> None:
+    """Half of one base process's samples 3x slower (a neighbour took its core): its median
+    moves, its fastest sample does not, and the unchanged head passes."""
+    pairs = [(process(1.0, seed=i), process(1.0, seed=50 + i)) for i in range(5)]
+    slowed = pairs[2][1]["samples"]
+    slowed[::2] = [3 * s for s in slowed[::2]]
+    assert judge_paired(pairs[0][0], pairs, threshold=0.06).verdict == stats.PASS
 
 
 def test_a_process_the_other_side_lacks_leaves_fewer_pairs() -> None:

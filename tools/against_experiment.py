@@ -88,6 +88,8 @@ def hpml(project: Path, report: Path) -> dict[str, object]:
         "exit": done.returncode,
         "verdict": verdict["verdict"],
         "change": verdict["change"],
+        "base_median": verdict["baseline"],
+        "pairs": verdict.get("pairs"),
         "reason": verdict["reason"],
         "seconds": seconds,
     }
@@ -113,6 +115,7 @@ def main() -> None:
     parser.add_argument("--hogs", type=int, default=0, help="CPU-bound processes competing")
     parser.add_argument("--versions", default=",".join(VERSIONS), help="a comma list")
     parser.add_argument("--out", type=Path, help="append one JSON line per comparison here")
+    parser.add_argument("--only-hpml", action="store_true", help="leave pytest-benchmark out")
     options = parser.parse_args()
     hogs = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(options.hogs)
@@ -126,7 +129,11 @@ def main() -> None:
                     scale = VERSIONS[version]
                     (project / "work.py").write_text(WORK.format(scale=scale))
                     ours = hpml(project, Path(scratch, "report.json"))
-                    theirs = benchmark(project, scale, Path(scratch, "storage"))
+                    theirs = (
+                        {"failed": False, "seconds": 0.0, "skipped": True}
+                        if options.only_hpml
+                        else benchmark(project, scale, Path(scratch, "storage"))
+                    )
                     found.setdefault(version, []).append((ours, theirs))
                     line = {"run": run, "version": version, "hogs": options.hogs}
                     line |= {"hpml": ours, "pytest-benchmark": theirs, "load": os.getloadavg()[0]}

@@ -222,9 +222,17 @@ class Rerun:
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Note what failed here, for the first process to report."""
+        self._failed(report, report.when)
+
+    @pytest.hookimpl
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """Note a module that could not be collected here: its tests are not new, but broken."""
+        self._failed(report, "collection")
+
+    def _failed(self, report: pytest.TestReport | pytest.CollectReport, when: str) -> None:
         if report.failed and report.nodeid not in self.failed:
             lines = report.longreprtext.strip().splitlines()
-            self.failed[report.nodeid] = f"{report.when}: {lines[-1] if lines else 'failed'}"
+            self.failed[report.nodeid] = f"{when}: {lines[-1] if lines else 'failed'}"
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

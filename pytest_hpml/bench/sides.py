@@ -46,7 +46,7 @@ class Side:
     def path(self, head_top: Path, where: Path) -> Path:
         """``where``, a path of the working tree, in this side's tree."""
         try:
-            return self.top / Path(where).relative_to(head_top)
+            return self.top / Path(where).resolve().relative_to(head_top)
         except ValueError:  # outside the repository: the same on both sides
             return Path(where)
 
@@ -82,19 +82,21 @@ class Against:
         self.asked = revision
         self.paths = tuple(paths)
         self.top = _toplevel(config.rootpath)
+        self.here = _inside(self.top, Path(config.invocation_params.dir))
         sha = _commit(self.top, revision)
+        dirty = _git(self.top, "status", "--porcelain", "--untracked-files=no").strip()
+        head = _commit(self.top, "HEAD")[:12] + (" + changes" if dirty else "")
+        self.head = Side(HEAD, self.top, head, sys.executable)
         self.directory = Path(tempfile.mkdtemp(prefix="pytest-hpml-base-"))
         try:
             _git(self.top, "worktree", "add", "--detach", "--quiet", str(self.directory), sha)
-            base_python = _check_python(python, self) if python else sys.executable
+            self.base = Side(BASE, self.directory, sha[:12], sys.executable)
+            _check_tree(self, revision)
+            if python:
+                self.base = Side(BASE, self.directory, sha[:12], _check_python(python, self))
         except BaseException:
             self.remove()
             raise
-        dirty = _git(self.top, "status", "--porcelain", "--untracked-files=no").strip()
-        head_sha = _commit(self.top, "HEAD")
-        self.base = Side(BASE, self.directory, sha[:12], base_python)
-        head = head_sha[:12] + (" + changes" if dirty else "")
-        self.head = Side(HEAD, self.top, head, sys.executable)
 
     def remove(self) -> None:
         """Remove the base worktree and git's record of it; safe to call twice."""
@@ -189,9 +191,33 @@ def _git(top: Path, *args: str) -> str:
     return done.stdout
 
 
+def _inside(top: Path, here: Path) -> Path:
+    """``here``, the invocation directory, which must lie in the repository: relative paths on
+    the command line then name the same files in both trees."""
+    try:
+        here.resolve().relative_to(top)
+    except ValueError:
+        raise pytest.UsageError(
+            f"--hpml-against: pytest runs from {here}, outside the repository {top}; run it "
+            "from inside the repository, so that its paths name the same files in both trees"
+        ) from None
+    return here
+
+
+def _check_tree(against: Against, revision: str) -> None:
+    """The base tree must have the directory pytest runs from, or its processes cannot start."""
+    where = against.base.path(against.top, against.here)
+    if not where.is_dir():
+        relative = where.relative_to(against.directory)
+        raise pytest.UsageError(
+            f"--hpml-against={revision}: {relative} (where pytest runs) is not in that revision; "
+            "run pytest from a directory both trees have, e.g. the repository's top level"
+        )
+
+
 def _toplevel(root: Path) -> Path:
     try:
-        return Path(_git(root, "rev-parse", "--show-toplevel").strip())
+        return Path(_git(root, "rev-parse", "--show-toplevel").strip()).resolve()
     except pytest.UsageError as exc:
         if "not installed" in str(exc):
             raise
@@ -216,16 +242,31 @@ def _commit(top: Path, revision: str) -> str:
         ) from None
 
 
+# The installed pytest-hpml's version, here and in the base side's interpreter alike.
+VERSION = "from importlib.metadata import version as v; version = lambda: v('pytest-hpml')"
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("pytest-hpml")
+    except PackageNotFoundError:
+        return "?"
+
+
 def _check_python(python: str, against: Against) -> str:
     """The base side's interpreter, once it is seen to import pytest-hpml, pytest-benchmark
     and (where this one has it) torch; a usage error otherwise."""
     found = shutil.which(python)
     if found is None:
         raise pytest.UsageError(f"--hpml-against-python={python}: no such interpreter")
+    found = os.path.abspath(found)  # the base side runs in the worktree
     modules = ["pytest_hpml", "pytest_benchmark"]
     if importlib.util.find_spec("torch") is not None:
         modules.append("torch")
-    code = "; ".join(f"import {m}" for m in modules)
+    code = "; ".join(f"import {m}" for m in modules) + f"; {VERSION}; print(version())"
     try:
         done = subprocess.run(
             [found, "-c", code],
@@ -242,14 +283,28 @@ def _check_python(python: str, against: Against) -> str:
             f"--hpml-against-python={python} cannot import {', '.join(modules)} ({said}); "
             "install pytest-hpml (and torch) into that environment"
         )
+    theirs, ours = (done.stdout.strip().splitlines() or ["?"])[-1], version()
+    if theirs != ours:
+        raise pytest.UsageError(
+            f"--hpml-against-python={python} has pytest-hpml {theirs}, this one {ours}: "
+            "both sides must measure alike; install the same version into both environments"
+        )
     return found
 
 
 AGAINST_KEY = pytest.StashKey[Against]()
 
 
-def prepare(config: pytest.Config, revision: str, python: str, paths: Sequence[str]) -> None:
-    """Make the base worktree (a usage error if it cannot be), removed when the run ends."""
-    against = Against(config, revision, python, paths)
+def prepare(config: pytest.Config, chosen: Any, launched: bool) -> None:
+    """Make the base worktree (a usage error if it cannot be), removed when the run ends;
+    nothing for a run that measures nothing (--help, --collect-only)."""
+    if launched:
+        raise pytest.UsageError(
+            f"{chosen.sources['against']}: head against base runs its own processes; start "
+            "pytest itself, not under torchrun, mpirun or srun"
+        )
+    if config.getoption("help", False) or config.getoption("collectonly", False):
+        return
+    against = Against(config, chosen.against, chosen.against_python, chosen.against_paths)
     config.stash[AGAINST_KEY] = against
     config.add_cleanup(against.remove)

@@ -32,6 +32,7 @@ COLOURS = {
     stats.INCONCLUSIVE: "#e69500",
     stats.NO_BASELINE: "#9e9e9e",
     stats.RECORDED: "#607d8b",
+    stats.NEW: "#00897b",
 }
 LONG_ID = 160  # characters of a test id shown in the table; longer ones are cut in the middle
 INSTALL_HINT = "pip install matplotlib (pytest-hpml's 'report' extra)"

@@ -115,10 +115,10 @@ def headline(found: dict[str, int]) -> str:
 def sides(against: dict[str, Any]) -> str:
     """'base 1a2b3c (origin/main) vs head 4d5e6f + changes, 5 pairs', from a report's
     ``against`` block."""
-    base = f"base {against['base']}"
-    if against.get("revision") and not against["base"].startswith(str(against["revision"])):
+    base = str(against.get("base", "?"))
+    if against.get("revision") and not base.startswith(str(against["revision"])):
         base += f" ({against['revision']})"
-    return f"{base} vs head {against['head']}, {against.get('pairs', 0)} pairs"
+    return f"base {base} vs head {against.get('head', '?')}, {against.get('pairs', 0)} pairs"
 
 
 def describe(verdict: dict[str, Any], unit: str = "") -> str:

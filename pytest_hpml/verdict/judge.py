@@ -82,10 +82,8 @@ def judged(
     current: Sequence[Mapping[str, Any]],
     stored: Sequence[Mapping[str, Any]],
     per_second: bool = False,
-    stored_name: str = "the baseline's",
 ) -> Judged:
-    """What a verdict compares: the current and stored process runs' samples (``stored_name``
-    says whose they are, in the reason).
+    """What a verdict compares: the current and stored process runs' samples.
 
     Reference units where both sides timed the reference workload and it made the stored
     baseline's processes steadier (or where fewer than :data:`PROCESSES_TO_CALIBRATE` stored
@@ -102,8 +100,8 @@ def judged(
     spreads = steadiness(stored, per_second)
     if spreads is not None and spreads[0] > spreads[1]:
         return raw(
-            f"judged raw: the reference workload did not steady this benchmark ({stored_name} "
-            f"processes spread {spreads[0]:.1%} in reference units, "
+            f"judged raw: the reference workload did not steady this benchmark (the "
+            f"baseline's processes spread {spreads[0]:.1%} in reference units, "
             f"{spreads[1]:.1%} raw)"
         )
 
