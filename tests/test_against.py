@@ -204,6 +204,28 @@ def test_without_git_installed_is_a_usage_error(
     result.stderr.fnmatch_lines(["*--hpml-against needs git, which is not installed here*"])
 
 
+def test_a_directory_the_base_revision_lacks_is_a_usage_error(repo: Project) -> None:
+    """pytest started in a directory only the working tree has: the base side could not start
+    there, so the run stops before any test, naming the directory."""
+    fresh = repo.path / "fresh"
+    fresh.mkdir()
+    (fresh / "test_fresh.py").write_text("def test_nothing():\n    pass\n")
+    repo.monkeypatch.chdir(fresh)
+    result = repo.run("--hpml-against=HEAD", "--rootdir", str(repo.path))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--hpml-against=HEAD: fresh (where pytest runs) is not in*"])
+    assert worktrees(repo.path) == [str(repo.path)]
+
+
+def test_under_a_launcher_is_a_usage_error(repo: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0 of a torchrun launch reports, but must not start pairs of processes of its own."""
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    result = repo.run("--hpml-against=HEAD")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*not under torchrun, mpirun or srun*"])
+
+
 def test_an_interpreter_without_the_plugin_is_a_usage_error(repo: Project, tmp_path: Path) -> None:
     """A real virtualenv without pytest-hpml (nor torch) as the base side's interpreter."""
     venv.create(tmp_path / "bare", with_pip=False)
