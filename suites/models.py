@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from pytest_hpml.bench.fixture import torch_threads
 
 IMAGE_SHAPE = (3, 16, 16)
 CLASSES = 10
@@ -156,12 +156,4 @@ def book_batch(
     return images, labels
 
 
-@contextmanager
-def threads(count: int) -> Iterator[None]:
-    """torch's intra-op thread count (process-wide) set to ``count`` inside, restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+threads = torch_threads  # torch's intra-op threads set inside a ``with``, restored after

@@ -30,22 +30,9 @@ import textwrap
 import time
 from pathlib import Path
 
-WORK = textwrap.dedent(
-    """
-    import torch
+from noise_experiment import CNN  # the same benchmark as the stored-baseline experiment
 
-    SCALE = {scale}
-    torch.manual_seed(0)
-    images = torch.randn(1, 3, 32, 32)
-    conv = torch.nn.Conv2d(3, 16, 3, padding=1)
-    head = torch.nn.Linear(16 * 32 * 32, 10)
-
-
-    def train_steps():
-        for _ in range(round(20 * SCALE)):
-            head(conv(images).relu().flatten(1)).sum().backward()
-    """
-)
+WORK = "import torch\n\nSCALE = {scale}\n" + CNN.replace("{", "{{").replace("}", "}}")
 TEST = textwrap.dedent(
     """
     from work import train_steps

@@ -64,14 +64,15 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     )
     value = HpmlBenchmark.adopt(benchmark, plan, batch_size)
     request.node.stash[BENCHMARK_KEY] = value
-    with _threads(given.threads):
+    with torch_threads(given.threads):
         yield value
         value.settle()  # before pytest-benchmark's own teardown, which this fixture depends on
 
 
 @contextlib.contextmanager
-def _threads(count: int | None) -> Iterator[None]:
-    """torch's intra-op threads set to ``count`` for the test, then restored (Note [Threads])."""
+def torch_threads(count: int | None) -> Iterator[None]:
+    """torch's intra-op thread count (process-wide) set to ``count`` inside, restored after;
+    nothing where ``count`` is None or torch is not loaded (Note [Threads])."""
     torch = sys.modules.get("torch")
     if count is None or torch is None:  # a pure-Python benchmark has no threads to set
         yield

@@ -179,16 +179,24 @@ def parse_seconds(value: str) -> float:
     return seconds
 
 
-def parse_max_ranks(value: str) -> int | None:
-    """``auto`` (None: decided from the machine, when a test asks) or a positive number."""
-    text = str(value).strip().lower()
-    if text == "auto":
-        return None
-    if not text.isdecimal() or int(text) < 1:
-        raise argparse.ArgumentTypeError(
-            f"expected auto or a positive number of ranks, got {value!r}"
-        )
-    return int(text)
+def _auto_or_positive(what: str) -> Callable[[str], int | None]:
+    """A parser of ``auto`` (None: decided where it is needed) or a positive number of ``what``."""
+
+    def parse(value: str) -> int | None:
+        text = str(value).strip().lower()
+        if text == "auto":
+            return None
+        if not text.isdecimal() or int(text) < 1:
+            raise argparse.ArgumentTypeError(
+                f"expected auto or a positive number of {what}, got {value!r}"
+            )
+        return int(text)
+
+    return parse
+
+
+parse_max_ranks = _auto_or_positive("ranks")
+parse_threads = _auto_or_positive("threads")
 
 
 def parse_processes(value: str) -> int:
@@ -211,18 +219,6 @@ def parse_paths(value: str) -> tuple[str, ...]:
     """A comma list of directories (relative to the rootdir); empty for none."""
     text = str(value).strip()
     return tuple(_items(text)) if text else ()
-
-
-def parse_threads(value: str) -> int | None:
-    """``auto`` (None) or a positive number of threads."""
-    text = str(value).strip().lower()
-    if text == "auto":
-        return None
-    if not text.isdecimal() or int(text) < 1:
-        raise argparse.ArgumentTypeError(
-            f"expected auto or a positive number of threads, got {value!r}"
-        )
-    return int(text)
 
 
 def parse_text(value: str) -> str:
