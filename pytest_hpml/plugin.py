@@ -55,7 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     threads = chosen.threads or (1 if chosen.against else None)  # Note [Threads]
     config.stash[bench_fixture.BENCH_SESSION_KEY] = bench_fixture.BenchSession(
-        budget, reference, threads
+        budget, reference, threads, thread_clock=bool(chosen.against) and threads == 1
     )
     asked = role.rerun_request()
     if asked is not None:  # a process started to measure benchmarks again

@@ -23,6 +23,7 @@ def time_metric(series: Series, budget: float | None = None) -> dict[str, Any]:
         "s",
         budget=budget,
         samples=series.samples,
+        cpu_samples=series.cpu_samples or None,
         reference=series.reference,
         first_call=series.first_call,
         warmup_calls=series.warmup_calls,
@@ -33,8 +34,10 @@ def time_metric(series: Series, budget: float | None = None) -> dict[str, Any]:
 
 def rate_metric(series: Series, amount: float, unit: str) -> dict[str, Any]:
     """``amount`` per call (samples, FLOPs) divided by each round's time."""
-    samples = [amount / s for s in series.samples]
-    return metrics.Rate(unit, samples=samples, reference=series.reference).as_dict()
+    samples, cpu = ([amount / s for s in times] for times in (series.samples, series.cpu_samples))
+    return metrics.Rate(
+        unit, samples=samples, cpu_samples=cpu or None, reference=series.reference
+    ).as_dict()
 
 
 class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]

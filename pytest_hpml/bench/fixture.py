@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any, Callable, NamedTuple
 
@@ -28,6 +29,7 @@ class BenchSession(NamedTuple):
     budget: Callable[[str], float]  # seconds of rounds for a test id, in this process
     reference: Callable[[Any, Callable[[], None]], Any]  # (device, sync) -> reference workload
     threads: int | None = None  # torch's intra-op threads while measuring; None: leave them
+    thread_clock: bool = False  # time samples on the thread's CPU clock too (Note [Thread clock])
 
 
 BENCH_SESSION_KEY = pytest.StashKey[BenchSession]()
@@ -57,6 +59,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
         calibrate=_calibration(benchmark, device),
         disable_gc=_compat.disable_gc(benchmark),
         timer=_compat.timer(benchmark),
+        cpu_clock=time.thread_time if given.thread_clock and _on_host(device) else None,
         sync=sync,
         device=device,
         # A pure-Python benchmark need not pay for importing torch.
@@ -100,6 +103,14 @@ def _calibration(benchmark: Any, device: Any) -> Callable[[Callable[[], Any]], i
     if _synchronized(device):
         return None
     return lambda function: _compat.calibrated_iterations(benchmark, function)
+
+
+def _on_host(device: Any) -> bool:
+    """Whether the test's work runs on this host's CPU alone: no accelerator in use, whose time
+    a thread's CPU clock would not see."""
+    torch = sys.modules.get("torch")
+    cuda = torch is not None and torch.cuda.is_initialized()
+    return getattr(device, "type", "cpu") == "cpu" and not cuda
 
 
 def _synchronized(device: Any) -> bool:

@@ -38,6 +38,7 @@ class Series:
 
     name: str
     samples: list[float] = field(default_factory=list)  # seconds per call, one per sample
+    cpu_samples: list[float] = field(default_factory=list)  # the same, on ``Plan.cpu_clock``
     reference: list[float] = field(default_factory=list)  # latest reference time at each sample
     first_call: float = math.nan  # seconds, lazy work included
     warmup_calls: int = 0
@@ -74,6 +75,7 @@ class Plan:
     warmup_time: float = 0.5  # at most this long (and 50 calls) warming up after the first call
     disable_gc: bool = False
     timer: Timer = time.perf_counter
+    cpu_clock: Timer | None = None  # also time each sample on this (Note [Thread clock])
     sync: Callable[[], None] = lambda: None
     reference: Any = None  # a reference workload (see .reference), timed before each round
     rounds: int | None = None  # fixed schedule (pedantic), instead of the budget
@@ -232,13 +234,18 @@ def load_per_core() -> float | None:
 
 
 def _sample(plan: Plan, fn: Callable[[], Any], s: Series, ref: float | None) -> Any:
-    """One sample of ``fn``: ``rounds_per_sample`` rounds, each kept for pytest-benchmark."""
-    total, result = 0.0, None
+    """One sample of ``fn``: ``rounds_per_sample`` rounds, each kept for pytest-benchmark.
+    The CPU clock, where asked for, is read around the whole sample (at least 1 ms), not
+    around each round: reading it costs a system call."""
+    total, result, calls = 0.0, None, s.iterations * s.rounds_per_sample
+    cpu_start = plan.cpu_clock() if plan.cpu_clock else 0.0
     for _ in range(s.rounds_per_sample):
         elapsed, result = _timed(plan, fn, s.iterations)
         s.rounds.append(elapsed)
         total += elapsed
-    s.samples.append(total / (s.iterations * s.rounds_per_sample))
+    if plan.cpu_clock:
+        s.cpu_samples.append((plan.cpu_clock() - cpu_start) / calls)
+    s.samples.append(total / calls)
     if ref is not None:
         s.reference.append(ref)
     return result

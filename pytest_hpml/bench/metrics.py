@@ -101,6 +101,8 @@ class Metric:
 @dataclass
 class Sampled(Metric):
     samples: list[float] = field(default_factory=list)
+    # the same samples on the measuring thread's CPU clock, where measured (Note [Thread clock])
+    cpu_samples: list[float] | None = None
     reference: list[float] = field(default_factory=list)  # reference time before each round
     load: float | None = None  # 1-minute load average per usable core, at the rounds' end
 

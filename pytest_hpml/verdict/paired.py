@@ -41,11 +41,14 @@ def judge_paired(
         reason = f"{len(usable)} complete pair(s) of processes: at least 2 are needed"
         return stats.Comparison(stats.INCONCLUSIVE, reason=reason)
     head, base = [list(side) for side in zip(*usable)]
+    clock = "samples"
     if kind.judge == "ratio":  # a speed-up within one run, paired by round: its median
         pick, tolerance = stats.median, record.get("tolerance")
     else:  # the fastest sample of each process (Note [Fastest sample])
         pick, tolerance = (max if metrics.per_second(record) else min), None
-    picked = [(pick(h["samples"]), pick(b["samples"])) for h, b in usable]
+        if all(_thread_bound(r) for r in (*head, *base)):
+            clock = "cpu_samples"
+    picked = [(pick(h[clock]), pick(b[clock])) for h, b in usable]
     ratios = [h / b for h, b in picked if h > 0 and b > 0]
     result = stats.compare_pairs(
         ratios,
@@ -58,10 +61,26 @@ def judge_paired(
         current=stats.median([h for h, _ in picked]),
     )
     why = busy([*head, *base])
-    if why:
-        why = f"measured on a busy machine: {why}"
-        shown = dataclasses.replace(shown, reason="; ".join(r for r in (shown.reason, why) if r))
-    return shown
+    notes = [shown.reason, THREAD_CLOCK if clock == "cpu_samples" else ""]
+    notes.append(f"measured on a busy machine: {why}" if why else "")
+    return dataclasses.replace(shown, reason="; ".join(r for r in notes if r))
+
+
+# A process's work ran on its measuring thread when, in its least disturbed sample, that
+# thread's CPU clock counted at least this share of the wall time (Note [Thread clock]).
+THREAD_SHARE = 0.9
+THREAD_CLOCK = "timed on the measuring thread's CPU clock"
+
+
+def _thread_bound(record: Mapping[str, Any]) -> bool:
+    """Whether ``record``'s process did its work on the measuring thread, so that the thread's
+    CPU times stand for it (Note [Thread clock])."""
+    wall, cpu = record.get("samples") or [], record.get("cpu_samples") or []
+    if not cpu or len(cpu) != len(wall):
+        return False
+    if metrics.per_second(record):  # a rate: work per second, on each clock
+        wall, cpu = cpu, wall
+    return max((c / w for w, c in zip(wall, cpu) if w > 0), default=0.0) >= THREAD_SHARE
 
 
 def _middle(values: list[float]) -> float:
