@@ -240,6 +240,14 @@ def dispatch_mode_class() -> type:
     return TorchDispatchMode
 
 
+def flop_formulas() -> dict[Any, Callable[..., int]]:
+    """torch's FLOP formula of each operator (the table behind ``FlopCounterMode``, which
+    torch does not document as public)."""
+    from torch.utils import flop_counter
+
+    return dict(_require(flop_counter, "flop_registry", "torch", TORCH))
+
+
 def dynamo_counters() -> dict[str, int] | None:
     """dynamo's graphs, graph breaks, unsupported constructs and frames so far; None while
     ``torch._dynamo`` is not loaded (nothing was compiled)."""

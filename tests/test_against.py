@@ -101,6 +101,7 @@ def test_a_slower_working_tree_regresses_against_its_commit(repo: Project) -> No
     verdict = timed["verdicts"]["time"]
     assert len(verdict["pairs"]) == 3
     assert min(verdict["pairs"]) > 2  # each pair saw about 4x the work
+    assert "timed on the measuring thread's CPU clock" in verdict["reason"]
     assert report["results"][1]["verdicts"]["calls"]["change"] == pytest.approx(3.0)  # 40 vs 10
     assert worktrees(repo.path) == [str(repo.path)]  # the base worktree is gone
 
@@ -148,6 +149,21 @@ def test_a_benchmark_failing_on_the_base_side_is_reported_not_failed(repo: Proje
         ["hpml: failed on the base side, not judged: test_inner.py::test_timed (call: *)"]
     )
     assert result.ret == pytest.ExitCode.OK
+
+
+def test_a_step_that_waits_off_its_thread_is_judged_on_the_wall_clock(repo: Project) -> None:
+    """Sleeping stands for work done elsewhere (a DataLoader's workers, another thread): the
+    measuring thread's CPU clock does not see it, so the wall clock judges (Note [Thread
+    clock])."""
+    waits = "import time\n\nfrom work import SCALE\n\n\ndef test_waits(benchmark):\n"
+    repo.pytester.makepyfile(test_waits=waits + "    benchmark(time.sleep, 0.002 * SCALE)\n")
+    git(repo.path, "add", "-A")
+    git(repo.path, "commit", "-qm", "a benchmark that sleeps")
+    repo.pytester.makepyfile(work=WORK.format(scale=4))
+    result = repo.run("--hpml-against=HEAD", *QUICK, "-k", "waits", "--hpml-report=r.json")
+    assert table_verdicts(repo, result) == {"test_waits": "regressed"}
+    (waited,) = json.loads((repo.path / "r.json").read_text())["results"]
+    assert "CPU clock" not in waited["verdicts"]["time"]["reason"]
 
 
 def test_a_branch_name_is_a_revision(repo: Project) -> None:

@@ -411,8 +411,9 @@ def test_paired_time_is_judged_on_each_process_fastest_sample() -> None:
     result = judge_paired(pairs[0][0], pairs, threshold=0.06)
     assert result.verdict == stats.REGRESSED
     assert result.change == pytest.approx(0.15, abs=0.03)
-    assert result.baseline == stats.median([min(b["samples"]) for _, b in pairs])
-    assert result.current == stats.median([min(h["samples"]) for h, _ in pairs])
+    assert result.baseline == min(min(b["samples"]) for _, b in pairs)  # each side's best
+    assert result.current == min(min(h["samples"]) for h, _ in pairs)
+    assert result.sides["base"] == tuple(float(f"{min(b['samples']):.6g}") for _, b in pairs)
 
 
 def test_a_slow_stretch_within_a_process_does_not_move_its_fastest_sample() -> None:
@@ -422,6 +423,99 @@ def test_a_slow_stretch_within_a_process_does_not_move_its_fastest_sample() -> N
     slowed = pairs[2][1]["samples"]
     slowed[::2] = [3 * s for s in slowed[::2]]
     assert judge_paired(pairs[0][0], pairs, threshold=0.06).verdict == stats.PASS
+
+
+def clocked(cpu_median: float, wall_factor: float, seed: int) -> dict[str, Any]:
+    """A process timed on both clocks: thread CPU times around ``cpu_median``, wall times
+    ``wall_factor`` times those (above 1: the thread waited, for a core or for other work)."""
+    record = process(cpu_median, seed)
+    record["cpu_samples"] = record["samples"]
+    record["samples"] = [wall_factor * s for s in record["cpu_samples"]]
+    return record
+
+
+def test_a_thread_bound_process_is_judged_on_its_cpu_clock() -> None:
+    """Every base process waited for a core in every sample (1.6x its CPU time), but for one
+    sample held only briefly (1.1x): its thread did the work, so its CPU times judge it, and
+    the unchanged head passes; the reason says which clock."""
+    pairs = [(clocked(1.0, 1.0, i), clocked(1.0, 1.6, 50 + i)) for i in range(5)]
+    for _, base in pairs:
+        base["samples"][0] = 1.1 * base["cpu_samples"][0]
+    result = judge_paired(pairs[0][0], pairs, threshold=0.06)
+    assert result.verdict == stats.PASS
+    assert "CPU clock" in result.reason
+    pairs[1][1]["samples"][0] *= 1.2 / 1.1  # held in every sample: not shown to be thread-bound
+    result = judge_paired(pairs[0][0], pairs, threshold=0.06)
+    assert result.verdict == stats.IMPROVED  # the wall clock's fastest samples, 10% too slow
+    assert "CPU clock" not in result.reason
+
+
+def test_work_off_the_measuring_thread_is_judged_on_the_wall_clock() -> None:
+    """A step that waits for other threads or processes (a DataLoader's workers): its thread's
+    CPU time misses the work, so a 20% slower step is judged by wall times."""
+    pairs = [(clocked(0.3, 1.2 / 0.3, i), clocked(0.3, 1.0 / 0.3, 50 + i)) for i in range(5)]
+    result = judge_paired(pairs[0][0], pairs, threshold=0.06)
+    assert result.verdict == stats.REGRESSED
+    assert result.change == pytest.approx(0.2, abs=0.03)
+    assert "CPU clock" not in result.reason
+
+
+def test_a_rate_is_judged_on_the_cpu_clock_too() -> None:
+    def rates(record: dict[str, Any]) -> dict[str, Any]:
+        per_second = {k: [1000 / t for t in record[k]] for k in ("samples", "cpu_samples")}
+        return {**record, "kind": "rate", "unit": "samples/s", **per_second}
+
+    pairs = [(rates(clocked(1.15, 1.5, i)), rates(clocked(1.0, 1.0, 50 + i))) for i in range(5)]
+    for head, _ in pairs:
+        head["samples"][0] = head["cpu_samples"][0]
+    result = judge_paired(pairs[0][0], pairs, threshold=0.06)
+    assert result.verdict == stats.REGRESSED
+    assert result.change == pytest.approx(-0.13, abs=0.03)  # 1/1.15: 13% fewer per second
+    assert "CPU clock" in result.reason
+
+
+def spread(center: float, seed: int, count: int = 5) -> list[float]:
+    """The fastest samples of ``count`` processes: 0.5% apart, seeded."""
+    return draws(center, noise=0.005 * center, count=count, seed=seed)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_processes_slowed_by_a_spell_of_the_host_change_no_verdict(seed: int) -> None:
+    """Two base processes 40% slow throughout: the sides' fastest still show the 15% change,
+    and an unchanged head with one process 50% slow passes (Note [Steady processes])."""
+    base = spread(1.0, seed)
+    base[1:3] = [1.4 * v for v in base[1:3]]
+    slower = stats.compare_sides(spread(1.15, seed + 10), base, threshold=0.06)
+    assert slower.verdict == stats.REGRESSED
+    assert slower.change == pytest.approx(0.15, abs=0.02)
+    assert "steady processes: head 5, base 3" in slower.reason
+    head = spread(1.0, seed + 20)
+    head[4] *= 1.5
+    unchanged = stats.compare_sides(head, spread(1.0, seed + 30), threshold=0.06)
+    assert unchanged.verdict == stats.PASS
+    assert abs(unchanged.change) < 0.02
+
+
+def test_a_rate_is_judged_by_each_side_highest() -> None:
+    head, base = spread(870, 1), spread(1000, 2)
+    result = stats.compare_sides(head, base, threshold=0.06, higher_is_worse=False)
+    assert result.verdict == stats.REGRESSED
+    assert result.change == pytest.approx(-0.13, abs=0.02)
+
+
+def test_processes_that_disagree_leave_the_change_inconclusive() -> None:
+    """One base process faster than the rest: the sides' fastest differ by more than the
+    threshold, but their steady processes do not."""
+    head, base = [0.98, 1.0, 0.99, 1.01, 1.0], [0.92, 1.01, 1.01, 1.0, 1.0]
+    result = stats.compare_sides(head, base, threshold=0.06)
+    assert result.change == pytest.approx(0.98 / 0.92 - 1)
+    assert result.verdict == stats.INCONCLUSIVE
+
+
+def test_one_steady_process_a_side_is_too_few() -> None:
+    result = stats.compare_sides([1.0, 1.5, 1.6], [1.0, 1.01, 1.02], threshold=0.06)
+    assert result.verdict == stats.INCONCLUSIVE
+    assert "too few" in result.reason
 
 
 def test_a_process_the_other_side_lacks_leaves_fewer_pairs() -> None:

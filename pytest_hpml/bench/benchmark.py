@@ -8,10 +8,12 @@ counts). Imported when a test first asks for ``benchmark``, never at plugin star
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from typing import Any, Callable
 
 from .. import _compat
+from ..config.markers import BenchSettings
 from . import metrics
 from .counters import DynamoCounters, count_flops, cuda_peak_memory, model_size, tracked_peak_memory
 from .measure import Cadence, Plan, Series, _timed, measure
@@ -52,15 +54,19 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
     """
 
     @classmethod
-    def adopt(cls, fixture: Any, plan: Plan, batch_size: int | None) -> HpmlBenchmark:
+    def adopt(cls, fixture: Any, plan: Plan, settings: BenchSettings) -> HpmlBenchmark:
         """Take over pytest-benchmark's fixture object, sharing its state (pytest-benchmark
         still finds a ``BenchmarkFixture`` whose stats and flags are the ones it made)."""
         self = cls.__new__(cls)
         _compat.share_state(self, fixture)
         self._plan = plan
-        self._batch_size = batch_size
+        self._settings = settings
+        self._batch_size = settings.batch_size
         self._model = None
         self._flops = False
+        self._work: dict[str | None, Any] = {}  # the work counted: variant (None) -> counters
+        self._counted = False  # whether the work was counted (or could not be)
+        self._expected: dict[str | None, dict[str, float]] = {}  # variant -> bounds
         self.metrics = {}
         self.superseded = superseded(fixture, plan)
         return self
@@ -95,6 +101,25 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
             higher_is_worse=higher_is_worse,
         ).as_dict()
 
+    def expect(self, variant: str | None = None, **bounds: float) -> HpmlBenchmark:
+        """State what one call may ask of the machine at most, whatever any baseline says:
+        ``benchmark.expect(syncs=0, copies=0)``, or ``flops_float32=0`` for FLOPs of one dtype;
+        with :meth:`variants`, of every variant or of the one named by ``variant``. The names
+        are the work counters' (Note [Work counters]); a counter above its bound fails the
+        test, naming the operators and source lines. Checked once the work is counted: call it
+        before or after ``benchmark(...)``."""
+        known = set(metrics.WORK_UNITS)
+        unknown = sorted(n for n in bounds if n not in known and not n.startswith("flops_"))
+        if unknown:
+            raise TypeError(
+                f"expect() got unknown work counter(s) {', '.join(unknown)}; known: "
+                f"{', '.join(metrics.WORK_UNITS)} and flops_<dtype> (flops_float64, ...)"
+            )
+        self._expected.setdefault(variant, {}).update(bounds)
+        if self._counted:
+            self._check_expected()
+        return self
+
     def cite(self, name: str, value: float, source: str) -> None:
         """Show a published figure (a book's, a paper's) beside the metric ``name`` measured
         here: reference data for the reader, never judged. Nothing to cite beside when timing is
@@ -110,8 +135,10 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         """Benchmark ``function_to_benchmark(*args, **kwargs)``; returns its result."""
         call = _bind(function_to_benchmark, args, kwargs)
         self._claim("benchmark(...)")
-        if self.disabled:
-            return call()
+        if self.disabled:  # --benchmark-disable, or xdist: counts need no quiet cores
+            result = call()
+            self._count_work({None: call})
+            return result
         compiled = DynamoCounters()
         series, results = measure({"time": call}, replace(self._plan, after_warmup=compiled.mark))
         self._feed(series["time"])
@@ -119,6 +146,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         self._describe(call, series["time"])
         for name, value in compiled.metrics().items():
             self.record(name, value)
+        self._count_work({None: call})
         if self.cprofile:
             return self._profile(call, series["time"])
         return results["time"]
@@ -149,11 +177,13 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         if baseline not in targets:
             raise ValueError(f"baseline {baseline!r} is not one of {', '.join(targets)}")
         self._claim("variants(...)")
-        if self.disabled:  # --benchmark-disable, or xdist: run each once, measure nothing
-            return {
+        if self.disabled:  # --benchmark-disable, or xdist: run each once, count, time nothing
+            found = {
                 name: Series(name, first_call=_timed(self._plan, fn, 1)[0])
                 for name, fn in targets.items()
             }
+            self._count_work(dict(targets))
+            return found
         compiled = DynamoCounters()
         series, _ = measure(targets, replace(self._plan, after_warmup=compiled.mark))
         self._feed(series[baseline])
@@ -168,6 +198,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
                 self.metrics[f"speedup[{name}/{baseline}]"] = ratio.as_dict()
         for name, value in compiled.metrics().items():  # of all the variants together
             self.record(name, value)
+        self._count_work(dict(targets))
         return series
 
     def pedantic(
@@ -237,6 +268,10 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         which pytest-benchmark would otherwise call "not used at all"."""
         if not _compat.mode(self) and self.metrics:
             _compat.set_mode(self, "record(...)")
+        if self._expected and not self._counted:
+            raise AssertionError(
+                "benchmark.expect(...) was given, but nothing was benchmarked to check it on"
+            )
 
     def _claim(self, mode: str) -> None:
         """pytest-benchmark's rule: one measurement per test."""
@@ -277,6 +312,50 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
                 self.record("flops", flops, unit="FLOP")
                 self.metrics["flop_rate"] = rate_metric(series, flops, "FLOP/s")
             self._record_memory(call)
+
+    def _count_work(self, calls: dict[str | None, Callable[[], Any]]) -> None:
+        """The work counters of one more call of each (variant name, or None: the benchmarked
+        function), outside the timed rounds (Note [Work counters]), recorded as exact counts
+        with what explains them: ``syncs``, or ``syncs[name]`` of a variant."""
+        self._counted = True
+        if self._settings.work and "torch" in sys.modules:
+            from .work import count_work
+
+            for variant, call in calls.items():
+                counter = count_work(call)
+                if counter is None:
+                    continue
+                self._work[variant] = counter
+                if counter.ops:  # no torch work: no counters, in any process
+                    self._record_work(counter, "" if variant is None else f"[{variant}]")
+        self._check_expected()
+
+    def _record_work(self, counter: Any, suffix: str) -> None:
+        for name, (value, detail) in counter.metrics().items():
+            tolerance = self._settings.tolerance.get(name, 0.0)
+            unit = metrics.WORK_UNITS.get(name, "FLOP")  # else FLOPs of a dtype
+            count = metrics.Count(unit, value=value, tolerance=tolerance, detail=detail or None)
+            self.metrics[name + suffix] = count.as_dict()
+
+    def _check_expected(self) -> None:
+        """Fail the test where a work counter is above what ``expect`` allows."""
+        from .work import over_budget
+
+        problems = []
+        for variant, bounds in self._expected.items():
+            chosen = self._work if variant is None else {variant: self._work.get(variant)}
+            if not chosen or None in chosen.values():
+                raise AssertionError(
+                    f"benchmark.expect(...) cannot be checked: the work of "
+                    f"{'this benchmark' if variant is None else repr(variant)} was not counted "
+                    "(hpml_bench(work=False), no such variant, torch not loaded, or code that "
+                    "cannot run under torch's dispatch mode)"
+                )
+            for name, counter in chosen.items():
+                found = over_budget(counter, bounds)
+                problems += [f"{name}: {p}" if name else p for p in found]
+        if problems:
+            raise AssertionError("; ".join(problems))
 
     def _record_memory(self, call: Callable[[], Any]) -> None:
         """Peak memory of one call: CUDA's allocator on a GPU (same GPU model and torch only),

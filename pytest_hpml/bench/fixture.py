@@ -51,7 +51,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     given = request.config.stash[BENCH_SESSION_KEY]
     device = request.getfixturevalue("device") if "device" in request.fixturenames else None
     sync = synchronizer(device)
-    _, batch_size = markers.bench_settings(request.node.get_closest_marker("hpml_bench"))
+    settings = markers.bench_settings(request.node.get_closest_marker("hpml_bench"))
     plan = Plan(
         budget=given.budget(request.node.nodeid),
         min_rounds=_compat.min_rounds(benchmark),
@@ -65,7 +65,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
         # A pure-Python benchmark need not pay for importing torch.
         reference=given.reference(device, sync) if "torch" in sys.modules else None,
     )
-    value = HpmlBenchmark.adopt(benchmark, plan, batch_size)
+    value = HpmlBenchmark.adopt(benchmark, plan, settings)
     request.node.stash[BENCHMARK_KEY] = value
     with torch_threads(given.threads):
         yield value

@@ -10,12 +10,12 @@ import torch
 from .. import _compat
 
 
-def _tensors(value: Any) -> list[Any]:
+def tensors(value: Any) -> list[Any]:
     """The tensors in an operator's output (a tensor, or tuples and lists of them)."""
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _tensors(v)]
+        return [t for v in value for t in tensors(v)]
     return []
 
 
@@ -30,6 +30,8 @@ class StorageTracker(_compat.dispatch_mode_class()):  # type: ignore[misc]
         super().__init__()
         self.live = 0
         self.peak = 0
+        self.allocations = 0  # storages created
+        self.allocated_bytes = 0  # and their bytes, freed ones included
         self._tracked: dict[int, weakref.finalize] = {}
 
     def _release(self, key: int, size: int) -> None:
@@ -44,16 +46,23 @@ class StorageTracker(_compat.dispatch_mode_class()):  # type: ignore[misc]
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         out = func(*args, **(kwargs or {}))
-        for value in _tensors(out):
-            if value.device.type != "meta":
-                storage = value.untyped_storage()
-                key = id(storage)
-                if key not in self._tracked:
-                    size = storage.nbytes()
-                    self.live += size
-                    self.peak = max(self.peak, self.live)
-                    self._tracked[key] = weakref.finalize(storage, self._release, key, size)
+        self.track(out)
         return out
+
+    def track(self, out: Any) -> None:
+        """Count the storages of an operator's output that were not there before."""
+        for value in tensors(out):
+            if value.device.type == "meta":
+                continue
+            storage = value.untyped_storage()
+            key = id(storage)
+            if key not in self._tracked:
+                size = storage.nbytes()
+                self.allocations += 1
+                self.allocated_bytes += size
+                self.live += size
+                self.peak = max(self.peak, self.live)
+                self._tracked[key] = weakref.finalize(storage, self._release, key, size)
 
     def __exit__(self, *exc: Any) -> None:
         for finalizer in self._tracked.values():

@@ -133,3 +133,25 @@ class Count(Metric):
     value: float = 0
     tolerance: float = 0.0  # relative
     higher_is_worse: bool = True
+    # what explains the value: counts per operator, source lines (Note [Work counters])
+    detail: dict[str, Any] | None = None
+
+
+# The work counters of every benchmark and their units (Note [Work counters]); besides them,
+# ``flops[<dtype>]`` counts the FLOPs of each dtype.
+WORK_UNITS = {
+    "ops": "",
+    "syncs": "",
+    "host_tensors": "",
+    "copies": "",
+    "copy_bytes": "B",
+    "allocations": "",
+    "allocated_bytes": "B",
+    "saved_tensors": "",
+    "saved_bytes": "B",
+}
+
+
+def is_work_counter(name: str) -> bool:
+    """Whether a metric is one of the work counters every benchmark records."""
+    return name.partition("[")[0] in WORK_UNITS or name.startswith("flops[")  # syncs[bf16]

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import inspect
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -27,9 +29,10 @@ MARKERS = {
     "--hpml-dist-backend), failing when a rank fails, dies or outlives `timeout` seconds "
     "(default --hpml-dist-timeout); fixtures rank and world_size tell each rank its place.",
     "slow": "slow: deselected unless --hpml-run-slow (env HPML_RUN_SLOW, ini hpml_run_slow).",
-    "hpml_bench": "hpml_bench(threshold=None, batch_size=None): judge this benchmark's time "
-    "metrics with this minimum relative change (default --hpml-threshold); batch_size adds "
-    "throughput (samples/s).",
+    "hpml_bench": "hpml_bench(threshold=None, batch_size=None, work=True, tolerance=None): "
+    "judge this benchmark's time metrics with this minimum relative change (default "
+    "--hpml-threshold); batch_size adds throughput (samples/s); work=False leaves out its work "
+    "counters; tolerance maps a count's name to the relative change it may make.",
 }
 
 
@@ -78,16 +81,30 @@ def _bind(mark: pytest.Mark, signature_of: Any) -> inspect.BoundArguments:
     return bound
 
 
-def _hpml_bench(threshold: float | None = None, batch_size: int | None = None) -> None:
+def _hpml_bench(
+    threshold: float | None = None,
+    batch_size: int | None = None,
+    work: bool = True,
+    tolerance: dict[str, float] | None = None,
+) -> None:
     """The signature ``@pytest.mark.hpml_bench`` is bound against."""
 
 
-def bench_settings(mark: pytest.Mark | None) -> tuple[float | None, int | None]:
-    """Check ``hpml_bench`` arguments: (threshold, batch_size), either None when not given."""
+class BenchSettings(NamedTuple):
+    """A benchmark's ``hpml_bench`` arguments."""
+
+    threshold: float | None = None  # None: the run's --hpml-threshold
+    batch_size: int | None = None
+    work: bool = True  # count its work (Note [Work counters])
+    tolerance: Mapping[str, float] = MappingProxyType({})  # count name: relative change allowed
+
+
+def bench_settings(mark: pytest.Mark | None) -> BenchSettings:
+    """Check ``hpml_bench`` arguments."""
     if mark is None:
-        return None, None
+        return BenchSettings()
     args = _bind(mark, _hpml_bench).arguments
-    threshold, batch_size = args["threshold"], args["batch_size"]
+    threshold, batch_size = args.get("threshold"), args.get("batch_size")
     if threshold is not None and not (number(threshold) and 0 < threshold < 1):
         raise MarkerError(
             f"threshold must be a fraction between 0 and 1 such as 0.05 (5%), got {threshold!r}"
@@ -96,7 +113,17 @@ def bench_settings(mark: pytest.Mark | None) -> tuple[float | None, int | None]:
         isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
     ):
         raise MarkerError(f"batch_size must be a positive integer, got {batch_size!r}")
-    return threshold, batch_size
+    work, tolerance = args.get("work", True), args.get("tolerance") or {}
+    if not isinstance(work, bool):
+        raise MarkerError(f"work must be True or False, got {work!r}")
+    if not isinstance(tolerance, dict) or not all(
+        isinstance(k, str) and number(v) and 0 <= v < 1 for k, v in tolerance.items()
+    ):
+        raise MarkerError(
+            "tolerance must map a count's name to a fraction between 0 and 1, such as "
+            f"{{'ops': 0.02}}, got {tolerance!r}"
+        )
+    return BenchSettings(threshold, batch_size, work, tolerance)
 
 
 def _distributed(world_size: int = 2, backend: str | None = None, timeout: Any = None) -> None:

@@ -401,7 +401,8 @@ OPTIONS: tuple[Option, ...] = (
         "pairs",
         "pairs",
         "pairs of fresh processes (one of the base, one of the working tree) each benchmark "
-        "is measured in with --hpml-against; they share --hpml-bench-time",
+        "is measured in with --hpml-against; they share --hpml-bench-time, but a process "
+        "measures for at least a second in all",
         parse_pairs,
         "5",
         "N",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from .. import _compat
-from ..bench.metrics import is_sampled
+from ..bench.metrics import is_sampled, is_work_counter
 from ..verdict import stats
 from ..verdict.session import Verdicts, commit, now
 from . import files, text
@@ -122,9 +122,14 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
     for line in text.table(results):
         reporter.write_line(line)
     if any(is_sampled(record) for r in results for record in r["metrics"].values()):
+        what = (
+            f"a side's time is the median of its processes' fastest samples "
+            f"({verdicts.process_count} processes)"
+            if verdicts.against is not None
+            else f"times are medians over the rounds of {verdicts.process_count} process(es)"
+        )
         reporter.write_line(
-            f"hpml: times are medians over the rounds of {verdicts.process_count} process(es); "
-            "pytest-benchmark's own table shows this process's rounds only"
+            f"hpml: {what}; pytest-benchmark's own table shows this process's rounds only"
         )
     cited = text.citations(results)
     if cited:
@@ -153,6 +158,7 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
             f"hpml: {verdicts.demoted} change(s) not significant once the session's "
             f"{verdicts.tested} tested metrics are counted (Benjamini-Hochberg): inconclusive"
         )
+    _work(reporter, verdicts)
     _busy(reporter, verdicts)
     _processes(reporter, verdicts)
     _pairs(reporter, verdicts)
@@ -165,6 +171,32 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
         reporter.write_line(f"hpml: baselines recorded in {path}")
     for error in verdicts.errors:
         reporter.write_line(f"hpml: ERROR {error}", red=True)
+
+
+def _work(reporter: Any, verdicts: Verdicts) -> None:
+    """What the table leaves out of the work counters (Note [Work counters]); and under
+    pytest-xdist, that only counts were measured."""
+    judged = [
+        v["verdict"]
+        for r in verdicts.results
+        for name, v in r["verdicts"].items()
+        if is_work_counter(name)
+    ]
+    if judged:
+        quiet = sum(v in text.QUIET for v in judged)
+        reporter.write_line(
+            f"hpml: {len(judged)} work counters judged, {quiet} of them unchanged or without "
+            "a baseline and left out of the table (the JSON report has them all)"
+        )
+    if getattr(verdicts.config.option, "numprocesses", None) and not any(
+        is_sampled(record) for r in verdicts.results for record in r["metrics"].values()
+    ):
+        reporter.write_line(
+            "hpml: times were not measured: under pytest-xdist, pytest-benchmark turns timing "
+            "off (tests running side by side disturb each other's times); counts were "
+            "recorded and judged",
+            yellow=True,
+        )
 
 
 def _busy(reporter: Any, verdicts: Verdicts) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..bench.metrics import is_work_counter
 from ..verdict import stats
 
 UNITS = {"s": [(1, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")]}
@@ -33,11 +34,17 @@ def fmt(value: float | None, unit: str) -> str:
     return f"{value / factor:{digits}} {name}".rstrip()
 
 
+QUIET = (stats.PASS, stats.NO_BASELINE)  # work counters' verdicts left out of the tables
+
+
 def rows(results: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """One row per test and metric, in test order."""
+    """One row per test and metric, in test order; the work counters only where they changed
+    (the JSON report has them all)."""
     out = []
     for result in results:
         for name, verdict in sorted(result["verdicts"].items()):
+            if is_work_counter(name) and verdict["verdict"] in QUIET:
+                continue
             unit = result["metrics"][name]["unit"]
             change, raw = verdict["change"], verdict.get("raw_change")
             if raw is None:  # judged raw (no reference, or it did not steady the baseline)

@@ -160,13 +160,43 @@ def judge_metric(
 def judge_count(
     record: Mapping[str, Any], base: Mapping[str, Any] | None, threshold: float
 ) -> stats.Comparison:
-    """A deterministic value: exact, or within the record's own tolerance."""
-    return stats.compare_value(
+    """A deterministic value: exact, or within the record's own tolerance; a changed work
+    counter says which operators changed, and where (Note [Work counters])."""
+    result = stats.compare_value(
         record["value"],
         None if base is None else base.get("value"),
         tolerance=record.get("tolerance") or 0.0,
         higher_is_worse=metrics.higher_is_worse(record),
     )
+    if result.change and base is not None and record.get("detail"):
+        why = explain(record["detail"], base.get("detail") or {})
+        return dataclasses.replace(result, reason=why) if why else result
+    return result
+
+
+EXPLAINED = 5  # operators (or kinds) named in a changed count's reason, the largest changes
+
+
+def explain(current: Mapping[str, Any], stored: Mapping[str, Any]) -> str:
+    """What changed between two work counters' details: the counts per operator (or per kind)
+    that moved most, then the source lines of this run's syncs, copies or host tensors."""
+    key = "ops" if "ops" in current or "ops" in stored else "by"
+    now, then = current.get(key) or {}, stored.get(key) or {}
+    moved = sorted(
+        (name for name in {*now, *then} if now.get(name, 0) != then.get(name, 0)),
+        key=lambda name: (-abs(now.get(name, 0) - then.get(name, 0)), name),
+    )
+    parts = [f"{name}: {then.get(name, 0):,} -> {now.get(name, 0):,} per call" for name in moved]
+    if len(parts) > EXPLAINED:
+        parts = [*parts[:EXPLAINED], f"{len(parts) - EXPLAINED} more"]
+    sites = [
+        f"{name} at {line}"
+        for name, lines in (current.get("sites") or {}).items()
+        for line in lines
+    ]
+    if sites:
+        parts.append("where: " + ", ".join(sites[:EXPLAINED]))
+    return "; ".join(parts)
 
 
 def judge_ratio(

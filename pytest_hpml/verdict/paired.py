@@ -2,7 +2,8 @@
 processes that measured both sides side by side (Note [Head against base]).
 
 A time or rate gives one ratio per pair, of the two processes' fastest samples (Note [Fastest
-sample]); a speed-up measured within one run, of their medians. The verdict rests on the spread
+sample]), on the measuring thread's CPU clock where the work ran on that thread (Note [Thread
+clock]); a speed-up measured within one run, of their medians. The verdict rests on the spread
 of the pairs' log-ratios, a one-sample t test from scipy, plus the threshold. A count is
 compared exactly between the sides (the median of its processes' values, for a measured
 value recorded with a tolerance).
@@ -34,7 +35,10 @@ def judge_paired(
         if not pairs:
             return stats.Comparison(stats.INCONCLUSIVE, reason="the base side did not measure it")
         # the middle value itself (not a mean of two): an exact count stays a value it took
-        head, base = ({"value": _middle([p[i]["value"] for p in pairs])} for i in (0, 1))
+        head, base = (
+            {"value": _middle([p[i]["value"] for p in pairs]), "detail": pairs[0][i].get("detail")}
+            for i in (0, 1)
+        )
         return judge_count({**record, **head}, base, threshold)
     usable = [(h, b) for h, b in pairs if h.get("samples") and b.get("samples")]
     if len(usable) < 2:
@@ -50,15 +54,22 @@ def judge_paired(
             clock = "cpu_samples"
     picked = [(pick(h[clock]), pick(b[clock])) for h, b in usable]
     ratios = [h / b for h, b in picked if h > 0 and b > 0]
-    result = stats.compare_pairs(
-        ratios,
-        threshold=tolerance or threshold,
-        higher_is_worse=metrics.higher_is_worse(record),
-    )
+    worse = metrics.higher_is_worse(record)
+    if kind.judge == "ratio":
+        result = stats.compare_pairs(
+            ratios, threshold=tolerance or threshold, higher_is_worse=worse
+        )
+        current, baseline = (stats.median(side) for side in zip(*picked))
+    else:  # each side by its best process, judged on its steady ones (Note [Steady processes])
+        result = stats.compare_sides(*zip(*picked), threshold=threshold, higher_is_worse=worse)
+        current, baseline = (pick(side) for side in zip(*picked))
+    sides = {
+        name: tuple(float(f"{v:.6g}") for v in side)
+        for name, side in zip(("head", "base"), zip(*picked))
+    }
+    pairs = tuple(float(f"{r:.4g}") for r in ratios)
     shown = dataclasses.replace(
-        result,
-        baseline=stats.median([b for _, b in picked]),
-        current=stats.median([h for h, _ in picked]),
+        result, baseline=baseline, current=current, pairs=pairs, sides=sides
     )
     why = busy([*head, *base])
     notes = [shown.reason, THREAD_CLOCK if clock == "cpu_samples" else ""]

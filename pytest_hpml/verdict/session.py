@@ -230,7 +230,7 @@ class Verdicts:
         bench = item.stash.get(BENCHMARK_KEY, None)
         if bench is None or not bench.metrics:
             return None
-        threshold, _ = markers.bench_settings(item.get_closest_marker("hpml_bench"))
+        threshold = markers.bench_settings(item.get_closest_marker("hpml_bench")).threshold
         threshold = threshold or self.settings.threshold
         known = len(self.errors)
         verdicts = self.judge(item.nodeid, bench.metrics, threshold)

@@ -117,6 +117,7 @@ class Comparison:
     reason: str = ""
     raw_change: float | None = None  # before normalization by the reference, when it applies
     pairs: tuple[float, ...] | None = None  # --hpml-against: head/base ratio of each pair
+    sides: dict[str, tuple[float, ...]] | None = None  # --hpml-against: each process's value
 
 
 def compare_samples(
@@ -233,6 +234,68 @@ def compare_pairs(
             reason += "; change above the threshold but the pairs disagree"
     ratios = tuple(float(f"{r:.4g}") for r in ratios)
     return Comparison(verdict, None, None, change, confidence, threshold, reason, pairs=ratios)
+
+
+# A process whose fastest sample lies within this factor of its side's fastest is steady; one
+# further off ran through a slow spell of the host (Note [Steady processes]).
+STEADY = 1.10
+
+
+def compare_sides(
+    head: Sequence[float],
+    base: Sequence[float],
+    *,
+    threshold: float,
+    higher_is_worse: bool = True,
+    alpha: float = PAIR_ALPHA,
+) -> Comparison:
+    """Judge head against base on one value per process of each side: its fastest sample, or
+    for a rate its highest (Note [Steady processes]).
+
+    The noise of a shared machine only ever slows a process, so the change is the ratio of
+    the two sides' best values. It counts when it exceeds ``threshold`` and Welch's t test
+    (scipy's ``ttest_ind``) on the log-values of each side's steady processes puts the
+    difference beyond chance at ``alpha``, one-sided.
+    """
+    costs = [[v if higher_is_worse else 1 / v for v in side if v > 0] for side in (head, base)]
+    if min(len(c) for c in costs) < 2:
+        reason = "fewer than 2 processes of a side measured it"
+        return Comparison(INCONCLUSIVE, threshold=threshold, reason=reason)
+    steady = [[math.log(c) for c in side if c <= STEADY * min(side)] for side in costs]
+    best = [min(side) for side in costs]
+    change = best[0] / best[1] - 1 if higher_is_worse else best[1] / best[0] - 1
+    counts = f"steady processes: head {len(steady[0])}, base {len(steady[1])}"
+    if min(len(s) for s in steady) < 2:
+        reason = f"{len(head)} pairs: {change:+.1%} (fastest of each side); {counts}: too few"
+        return Comparison(INCONCLUSIVE, None, None, change, None, threshold, reason)
+    p_slower, low, high = _welch(*steady)
+    reason = (
+        f"{len(head)} pairs: {change:+.1%} (fastest of each side); {counts}, their means "
+        f"{math.expm1(low):+.1%} to {math.expm1(high):+.1%} (90% interval)"
+    )
+    slower = best[0] > best[1]  # in cost: the head's best took longer
+    p_worse = p_slower if slower else 1 - p_slower
+    confidence, verdict = 1 - min(p_slower, 1 - p_slower), PASS
+    if abs(change) > threshold:
+        if p_worse < alpha:
+            verdict, confidence = (REGRESSED if slower else IMPROVED), 1 - p_worse
+        else:
+            verdict = INCONCLUSIVE
+            reason += "; change above the threshold but the processes disagree"
+    return Comparison(verdict, None, None, change, confidence, threshold, reason)
+
+
+def _welch(head: list[float], base: list[float]) -> tuple[float, float, float]:
+    """One-sided p that head's mean is above base's, and the 90% interval of the difference."""
+    if len(set(head)) == 1 and len(set(base)) == 1:  # no spread to judge by: the sign decides
+        difference = head[0] - base[0]
+        return (0.0 if difference > 0 else 1.0 if difference < 0 else 0.5), difference, difference
+    from scipy.stats import ttest_ind  # only when a verdict is computed
+
+    result = ttest_ind(head, base, equal_var=False)
+    interval = result.confidence_interval(confidence_level=1 - 2 * PAIR_ALPHA)
+    greater = ttest_ind(head, base, equal_var=False, alternative="greater").pvalue
+    return float(greater), float(interval.low), float(interval.high)
 
 
 def compare_value(

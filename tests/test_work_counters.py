@@ -1,0 +1,214 @@
+"""Work counters (Note [Work counters]): a catalogue of performance bugs planted in a real
+training step and eval step, each caught by a count with time out of the way, and what the
+verdict names (the operator, the source line).
+
+The inner project records its baselines with no bug planted (``--hpml-baseline=update``), then
+is compared with one planted (``PLANTED_BUG``). Times are judged at a 99% threshold: only the
+counts can fail these runs, and counts do not depend on how busy the machine is.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from tests.conftest import Project
+
+STEPS = '''
+"""A training step and an eval step, with one performance bug planted by PLANTED_BUG."""
+
+import contextlib
+import os
+
+import torch
+import torch.nn.functional as F
+
+BUG = os.environ.get("PLANTED_BUG", "")
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+inputs, labels = torch.randn(16, 32), torch.randint(0, 4, (16,))
+if BUG == "float64":  # data that arrived from numpy as float64, and the model made to match
+    model, inputs = model.double(), inputs.double()
+optimizer = torch.optim.SGD(
+    model.parameters(), lr=0.01, momentum=0.9, foreach=BUG != "foreach_lost"
+)
+kept = []
+
+
+def train_step():
+    optimizer.zero_grad(set_to_none=BUG != "zero_grad_fills")
+    x = inputs.t().contiguous().t() if BUG == "extra_copy" else inputs
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=BUG != "autocast_off"):
+        out = model(x)
+        if BUG == "extra_forward":
+            model(x)
+    weight = torch.tensor([1.0, 1.0, 2.0, 1.0]) if BUG == "host_tensor" else None
+    loss = F.cross_entropy(out.float(), labels, weight=weight)
+    loss.backward()
+    optimizer.step()
+    if BUG == "item_every_step":
+        kept.append(loss.item())
+    if BUG == "branch_on_tensor" and loss > 100:
+        kept.append(loss)
+    if BUG == "mask_index":
+        kept.append(out[labels == 0].sum())
+    if BUG == "python_slowdown":  # no torch work: the counters cannot see it
+        kept.append(sum(range(20_000)))
+    del kept[:]
+
+
+def eval_step():
+    guard = contextlib.nullcontext() if BUG == "grad_in_eval" else torch.no_grad()
+    with guard:
+        return model(inputs).argmax(1)
+'''
+
+TESTS = """
+from steps import eval_step, train_step
+
+
+def test_train_step(benchmark):
+    benchmark(train_step)
+
+
+def test_eval_step(benchmark):
+    benchmark(eval_step)
+"""
+
+TRAIN, EVAL = "test_inner.py::test_train_step", "test_inner.py::test_eval_step"
+ONLY_COUNTS = ("--hpml-threshold=99%", "--hpml-report=r.json")
+
+# bug -> (benchmark, the counter that catches it, what its reason names)
+CATALOGUE = {
+    "item_every_step": (TRAIN, "syncs", "aten::_local_scalar_dense at steps.py:"),
+    "branch_on_tensor": (TRAIN, "syncs", "aten::_local_scalar_dense at steps.py:"),
+    "mask_index": (TRAIN, "syncs", "aten::index at steps.py:"),
+    "host_tensor": (TRAIN, "host_tensors", "aten::lift_fresh at steps.py:"),
+    "foreach_lost": (TRAIN, "ops", "aten::_foreach_add_"),
+    "zero_grad_fills": (TRAIN, "ops", "zero_"),
+    "float64": (TRAIN, "flops[float64]", ""),
+    "autocast_off": (TRAIN, "flops[float32]", ""),
+    "extra_copy": (TRAIN, "allocations", ""),
+    "extra_forward": (TRAIN, "ops", "aten::addmm"),
+    "grad_in_eval": (EVAL, "saved_tensors", ""),
+}
+
+
+@pytest.fixture
+def steps(project: Project) -> Project:
+    """The inner project with its counts recorded, no bug planted."""
+    project.pytester.makepyfile(steps=STEPS, test_inner=TESTS)
+    result = project.bench("--hpml-baseline=update")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    return project
+
+
+def judged(project: Project) -> dict[tuple[str, str], dict[str, object]]:
+    """(test, metric) -> the verdict, from the JSON report."""
+    report = json.loads((project.path / "r.json").read_text())
+    return {(r["test"], m): v for r in report["results"] for m, v in r["verdicts"].items()}
+
+
+@pytest.mark.parametrize("bug", CATALOGUE)
+def test_a_planted_bug_is_caught_by_a_count(steps: Project, bug: str) -> None:
+    test, counter, named = CATALOGUE[bug]
+    steps.monkeypatch.setenv("PLANTED_BUG", bug)
+    result = steps.bench(*ONLY_COUNTS)
+    verdict = judged(steps)[(test, counter)]
+    assert verdict["verdict"] == "regressed", verdict
+    assert named in str(verdict["reason"]), verdict["reason"]
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert steps.verdicts(result)[(test, counter)] == "regressed"  # shown in the table
+
+
+def test_the_unchanged_steps_pass_and_their_counts_stay_out_of_the_table(steps: Project) -> None:
+    result = steps.bench(*ONLY_COUNTS)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    verdicts = judged(steps)
+    assert {verdicts[(TRAIN, name)]["verdict"] for name in ("ops", "syncs", "allocations")} == {
+        "pass"
+    }
+    shown = {metric for _, metric in steps.verdicts(result)}
+    assert shown == {"time"}
+
+
+def test_a_pure_python_slowdown_is_not_a_changed_count(steps: Project) -> None:
+    """The negative control: work the dispatcher never sees. Times and instruction counts
+    catch it; the work counters cannot."""
+    steps.monkeypatch.setenv("PLANTED_BUG", "python_slowdown")
+    steps.bench(*ONLY_COUNTS)
+    counts = {
+        metric: verdict["verdict"]
+        for (test, metric), verdict in judged(steps).items()
+        if test == TRAIN and metric != "time"
+    }
+    assert set(counts.values()) == {"pass"}, counts
+
+
+def test_counts_are_stored_in_the_portable_file_with_what_explains_them(steps: Project) -> None:
+    stored = steps.stored("portable")[TRAIN]
+    assert stored["syncs"]["value"] == 0
+    assert stored["ops"]["detail"]["ops"]["aten::addmm"] >= 2
+    assert stored["flops[bfloat16]"]["value"] > 0
+    assert stored["flops[float64]"]["value"] == 0
+
+
+def test_expect_fails_the_test_naming_the_line(project: Project) -> None:
+    project.pytester.makepyfile(
+        steps=STEPS,
+        test_inner="""
+from steps import train_step
+
+
+def test_never_syncs(benchmark):
+    benchmark.expect(syncs=0, host_tensors=0)
+    benchmark(train_step)
+
+
+def test_bf16_matmuls(benchmark):
+    benchmark(train_step)
+    benchmark.expect(flops_float32=0)
+""",
+    )
+    project.monkeypatch.setenv("PLANTED_BUG", "item_every_step")
+    result = project.bench("--hpml-baseline=off")
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*AssertionError: syncs: 1 per call, expected at most 0 (aten::_local_scalar_dense at "
+            "steps.py:*)*"
+        ]
+    )
+
+
+def test_expect_names_an_unknown_counter(project: Project) -> None:
+    project.pytester.makepyfile(
+        test_inner="def test_x(benchmark):\n    benchmark.expect(sincs=0)\n"
+    )
+    result = project.bench("--hpml-baseline=off")
+    result.stdout.fnmatch_lines(
+        ["*TypeError: expect() got unknown work counter(s) sincs; known: *"]
+    )
+
+
+def test_work_false_leaves_the_counters_out(project: Project) -> None:
+    project.pytester.makepyfile(
+        steps=STEPS,
+        test_inner="""
+import pytest
+
+from steps import train_step
+
+
+@pytest.mark.hpml_bench(work=False)
+def test_train_step(benchmark):
+    benchmark(train_step)
+""",
+    )
+    project.bench("--hpml-baseline=off", "--hpml-report=r.json")
+    assert set(json.loads((project.path / "r.json").read_text())["results"][0]["metrics"]) == {
+        "time"
+    }
