@@ -55,7 +55,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
     threads = chosen.threads or (1 if chosen.against else None)  # Note [Threads]
     config.stash[bench_fixture.BENCH_SESSION_KEY] = bench_fixture.BenchSession(
-        budget, reference, threads, thread_clock=bool(chosen.against) and threads == 1
+        budget,
+        reference,
+        threads,
+        thread_clock=bool(chosen.against) and threads == 1,
+        xdist_worker=role.role(config) is role.Role.XDIST_WORKER,
     )
     asked = role.rerun_request()
     if asked is not None:  # a process started to measure benchmarks again

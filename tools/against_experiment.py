@@ -77,6 +77,7 @@ def hpml(project: Path, report: Path) -> dict[str, object]:
         "change": verdict["change"],
         "base_median": verdict["baseline"],
         "pairs": verdict.get("pairs"),
+        "sides": verdict.get("sides"),  # each process's fastest sample, per side
         "reason": verdict["reason"],
         "seconds": seconds,
     }

@@ -30,6 +30,7 @@ class BenchSession(NamedTuple):
     reference: Callable[[Any, Callable[[], None]], Any]  # (device, sync) -> reference workload
     threads: int | None = None  # torch's intra-op threads while measuring; None: leave them
     thread_clock: bool = False  # time samples on the thread's CPU clock too (Note [Thread clock])
+    xdist_worker: bool = False  # timing is off here, but the work is counted (Note [Work counters])
 
 
 BENCH_SESSION_KEY = pytest.StashKey[BenchSession]()
@@ -65,7 +66,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
         # A pure-Python benchmark need not pay for importing torch.
         reference=given.reference(device, sync) if "torch" in sys.modules else None,
     )
-    value = HpmlBenchmark.adopt(benchmark, plan, settings)
+    value = HpmlBenchmark.adopt(benchmark, plan, settings, count_disabled=given.xdist_worker)
     request.node.stash[BENCHMARK_KEY] = value
     with torch_threads(given.threads):
         yield value
