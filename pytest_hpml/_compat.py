@@ -240,6 +240,18 @@ def dispatch_mode_class() -> type:
     return TorchDispatchMode
 
 
+def unguarded_dispatch_mode(mode_class: type, dispatch: Callable[..., Any]) -> type:
+    """``mode_class`` with ``dispatch`` as its ``__torch_dispatch__``, not wrapped in dynamo's
+    ``disable``. torch wraps a mode's ``__torch_dispatch__`` (``_should_skip_dynamo``) so that
+    dynamo never compiles it, and the wrapper imports ``torch._dynamo`` on its first call: 1.2 s
+    in every process that counts work. Only for use while dynamo is not loaded, when no compiled
+    code can run."""
+    body: dict[str, Any] = {"__torch_dispatch__": dispatch}
+    if hasattr(dispatch_mode_class(), "_should_skip_dynamo"):
+        body["_should_skip_dynamo"] = classmethod(lambda cls: False)
+    return type(f"Unguarded{mode_class.__name__}", (mode_class,), body)
+
+
 def flop_formulas() -> dict[Any, Callable[..., int]]:
     """torch's FLOP formula of each operator (the table behind ``FlopCounterMode``, which
     torch does not document as public)."""

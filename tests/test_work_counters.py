@@ -212,3 +212,15 @@ def test_train_step(benchmark):
     assert set(json.loads((project.path / "r.json").read_text())["results"][0]["metrics"]) == {
         "time"
     }
+
+
+def test_counts_are_judged_under_xdist(steps: Project) -> None:
+    """pytest-benchmark turns timing off in xdist workers; the work is counted there anyway,
+    judged, and the table, summary and report come from the controller."""
+    steps.monkeypatch.setenv("PLANTED_BUG", "item_every_step")
+    result = steps.run_subprocess("-n", "2", "--hpml-report=r.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    assert steps.verdicts(result)[(TRAIN, "syncs")] == "regressed"
+    result.stdout.fnmatch_lines(["hpml: times were not measured: under pytest-xdist*"])
+    verdict = judged(steps)[(TRAIN, "syncs")]
+    assert "aten::_local_scalar_dense at steps.py:" in str(verdict["reason"])

@@ -9,6 +9,7 @@ counts). Imported when a test first asks for ``benchmark``, never at plugin star
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -70,6 +71,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         self._flops = False
         self._work: dict[str | None, Any] = {}  # the work counted: variant (None) -> counters
         self._counted = False  # whether the work was counted (or could not be)
+        self.work_seconds = 0.0  # what counting it took
         self._expected: dict[str | None, dict[str, float]] = {}  # variant -> bounds
         self.metrics = {}
         self.superseded = superseded(fixture, plan)
@@ -328,7 +330,9 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
             from .work import count_work
 
             for variant, call in calls.items():
+                start = time.perf_counter()
                 counter = count_work(call)
+                self.work_seconds += time.perf_counter() - start
                 if counter is None:
                     continue
                 self._work[variant] = counter

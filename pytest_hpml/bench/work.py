@@ -108,13 +108,14 @@ class WorkCounter(StorageTracker):
         self.saved_bytes += tensor.numel() * tensor.element_size()
         return tensor
 
-    def __torch_dispatch__(
+    def dispatch(
         self,
         func: Any,
         types: Any,
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        """Run the operator and count what it asked for."""
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = func.name().partition(".")[0]  # aten::add, of aten::add.Tensor
@@ -131,6 +132,8 @@ class WorkCounter(StorageTracker):
         self.track(out)
         self._count_flops(func, args, kwargs, out)
         return out
+
+    __torch_dispatch__ = dispatch  # torch wraps it in dynamo's disable (see count_work)
 
     def _site(self, name: str) -> None:
         line = user_line()
@@ -205,8 +208,10 @@ def _device_to_host(source: Any, target: Any) -> bool:
 def count_work(call: Callable[[], Any]) -> WorkCounter | None:
     """The work of one call of ``call``; None where it cannot run under a dispatch mode (some
     compiled code cannot)."""
+    # Without dynamo loaded, no compiled code runs: its guard would only cost its import.
+    mode = WorkCounter if "torch._dynamo" in sys.modules else _Unguarded
     try:
-        with WorkCounter() as counter:
+        with mode() as counter:
             call()
     except Exception:
         return None
@@ -233,3 +238,6 @@ def _why(detail: dict[str, Any]) -> str:
         for line, n in sites.items()
     ]
     return f" ({', '.join(lines)})" if lines else ""
+
+
+_Unguarded = _compat.unguarded_dispatch_mode(WorkCounter, WorkCounter.dispatch)

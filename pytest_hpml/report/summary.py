@@ -184,9 +184,11 @@ def _work(reporter: Any, verdicts: Verdicts) -> None:
     ]
     if judged:
         quiet = sum(v in text.QUIET for v in judged)
+        seconds = [r.get("work_seconds", 0.0) for r in verdicts.results]
         reporter.write_line(
             f"hpml: {len(judged)} work counters judged, {quiet} of them unchanged or without "
-            "a baseline and left out of the table (the JSON report has them all)"
+            "a baseline and left out of the table (the JSON report has them all); counting "
+            f"took {sum(seconds):.2f} s, at most {max(seconds):.2f} s a benchmark"
         )
     if getattr(verdicts.config.option, "numprocesses", None) and not any(
         is_sampled(record) for r in verdicts.results for record in r["metrics"].values()

@@ -241,6 +241,7 @@ class Verdicts:
             "verdicts": verdicts,
             "errors": self.errors[known:],
             "notes": getattr(bench, "superseded", []),
+            "work_seconds": getattr(bench, "work_seconds", 0.0),
         }
 
     def collect(self, payload: dict[str, Any]) -> None:
