@@ -38,6 +38,12 @@ class StorageTracker(_compat.dispatch_mode_class()):  # type: ignore[misc]
         self.live -= size
         self._tracked.pop(key, None)
 
+    def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run an operator, counting what it allocated (a subclass counts more)."""
+        out = func(*args, **kwargs)
+        self.track(out)
+        return out
+
     def __torch_dispatch__(
         self,
         func: Any,
@@ -45,9 +51,7 @@ class StorageTracker(_compat.dispatch_mode_class()):  # type: ignore[misc]
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        out = func(*args, **(kwargs or {}))
-        self.track(out)
-        return out
+        return self.dispatch(func, args, kwargs or {})
 
     def track(self, out: Any) -> None:
         """Count the storages of an operator's output that were not there before."""

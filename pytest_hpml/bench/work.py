@@ -9,6 +9,7 @@ Python data, the user's source lines where they happened.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from collections import Counter
@@ -108,15 +109,8 @@ class WorkCounter(StorageTracker):
         self.saved_bytes += tensor.numel() * tensor.element_size()
         return tensor
 
-    def dispatch(
-        self,
-        func: Any,
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
+    def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run the operator and count what it asked for."""
-        kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = func.name().partition(".")[0]  # aten::add, of aten::add.Tensor
         self.ops[name] += 1
@@ -132,8 +126,6 @@ class WorkCounter(StorageTracker):
         self.track(out)
         self._count_flops(func, args, kwargs, out)
         return out
-
-    __torch_dispatch__ = dispatch  # torch wraps it in dynamo's disable (see count_work)
 
     def _site(self, name: str) -> None:
         line = user_line()
@@ -240,4 +232,7 @@ def _why(detail: dict[str, Any]) -> str:
     return f" ({', '.join(lines)})" if lines else ""
 
 
-_Unguarded = _compat.unguarded_dispatch_mode(WorkCounter, WorkCounter.dispatch)
+# StorageTracker's __torch_dispatch__ as written, not as torch wrapped it (see count_work)
+_Unguarded = _compat.unguarded_dispatch_mode(
+    WorkCounter, inspect.unwrap(StorageTracker.__torch_dispatch__)
+)
