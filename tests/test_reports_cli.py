@@ -577,11 +577,12 @@ def test_a_count_that_grows_from_zero_renders(
 ) -> None:
     document = make_document(stored)
     breaks = dataclasses.asdict(judge_metric(counted(1), counted(0), 0.1))
-    assert breaks["change"] == float("inf")  # what the plugin writes for 0 -> 1 graph breaks
+    assert breaks["change"] is None  # no relative change from 0 (JSON has no infinity)
+    assert breaks["verdict"] == "regressed"
     document["results"][0]["metrics"]["graph_breaks"] = counted(1)
     document["results"][0]["verdicts"]["graph_breaks"] = breaks
     path = tmp_path / "breaks.json"
-    path.write_text(json.dumps(document), encoding="utf-8")
+    path.write_text(json.dumps(document, allow_nan=False), encoding="utf-8")
     code, _, err = run_cli(capsys, "render", path, "--md", tmp_path / "out.md")
     assert (code, err) == (0, ""), err
 

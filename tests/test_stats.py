@@ -3,6 +3,8 @@ exact comparison of deterministic metrics, and how each kind of metric is judged
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import random
 from typing import Any
@@ -112,7 +114,8 @@ def test_mann_whitney_is_small_for_a_larger_sample_and_large_the_other_way() -> 
         (4, 3, 0.0, False, stats.IMPROVED),
         (101, 100, 0.02, True, stats.PASS),
         (103, 100, 0.02, True, stats.REGRESSED),
-        (1, 0, 0.5, True, stats.REGRESSED),  # any change from zero is infinite
+        (1, 0, 0.5, True, stats.REGRESSED),  # any rise from zero exceeds a tolerance
+        (0, 2, 0.5, True, stats.IMPROVED),
         (1, None, 0.0, True, stats.NO_BASELINE),
     ],
 )
@@ -123,6 +126,9 @@ def test_compare_value_is_exact_or_within_tolerance(
         current, baseline, tolerance=tolerance, higher_is_worse=higher_is_worse
     )
     assert result.verdict == verdict
+    if baseline == 0:  # no relative change from zero, and none that JSON cannot write
+        assert result.change is None
+        assert json.loads(json.dumps(dataclasses.asdict(result), allow_nan=False))
 
 
 def test_time_is_judged_in_units_of_the_reference_workload() -> None:

@@ -49,14 +49,15 @@ def rows(results: list[dict[str, Any]]) -> list[dict[str, str]]:
             change, raw = verdict["change"], verdict.get("raw_change")
             if raw is None:  # judged raw (no reference, or it did not steady the baseline)
                 raw = change
+            baseline, current = values(verdict, unit)
             out.append(
                 {
                     "test": result["test"],
                     "metric": name,
-                    "baseline": fmt(verdict["baseline"], unit),
-                    "current": fmt(verdict["current"], unit),
-                    "change": "-" if change is None else f"{change:+.1%}",
-                    "raw change": "-" if raw is None else f"{raw:+.1%}",
+                    "baseline": baseline,
+                    "current": current,
+                    "change": percent(change),
+                    "raw change": percent(raw),
                     "confidence": "-"
                     if verdict["confidence"] is None
                     else f"{verdict['confidence']:.1%}",
@@ -128,14 +129,29 @@ def sides(against: dict[str, Any]) -> str:
     return f"base {base} vs head {against.get('head', '?')}, {against.get('pairs', 0)} pairs"
 
 
+def values(verdict: dict[str, Any], unit: str) -> tuple[str, str]:
+    """Baseline and current, readable; in full where rounding would show two different counts
+    alike (29,500 B and 29,504 B are both '29.5 kB')."""
+    baseline, current = verdict["baseline"], verdict["current"]
+    shown = fmt(baseline, unit), fmt(current, unit)
+    if shown[0] == shown[1] and baseline != current and None not in (baseline, current):
+        shown = f"{baseline:,.0f} {unit}".rstrip(), f"{current:,.0f} {unit}".rstrip()
+    return shown
+
+
+def percent(change: float | None) -> str:
+    """A relative change ('-' for none: a count that rose from 0 has none)."""
+    return "-" if change is None else f"{change:+.1%}"
+
+
 def describe(verdict: dict[str, Any], unit: str = "") -> str:
     """One line for a verdict: baseline -> current, change (and raw change), confidence."""
-    parts = [f"{fmt(verdict['baseline'], unit)} -> {fmt(verdict['current'], unit)}"]
+    parts = [" -> ".join(values(verdict, unit))]
     if verdict.get("raw_change") is not None:
-        parts.append(f"raw {verdict['raw_change']:+.1%}")
+        parts.append(f"raw {percent(verdict['raw_change'])}")
     if verdict["change"] is not None:
         judged = " in reference units" if verdict.get("raw_change") is not None else ""
-        parts.append(f"change {verdict['change']:+.1%}{judged}")
+        parts.append(f"change {percent(verdict['change'])}{judged}")
     if verdict["confidence"] is not None:
         parts.append(f"confidence {verdict['confidence']:.1%}")
     if verdict.get("threshold") is not None:

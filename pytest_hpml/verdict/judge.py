@@ -168,7 +168,7 @@ def judge_count(
         tolerance=record.get("tolerance") or 0.0,
         higher_is_worse=metrics.higher_is_worse(record),
     )
-    if result.change and base is not None and record.get("detail"):
+    if result.verdict in (stats.REGRESSED, stats.IMPROVED) and base and record.get("detail"):
         why = explain(record["detail"], base.get("detail") or {})
         return dataclasses.replace(result, reason=why) if why else result
     return result

@@ -306,11 +306,12 @@ def compare_value(
         return Comparison(NO_BASELINE, current=current)
     if baseline == current:
         return Comparison(PASS, baseline, current, 0.0, None, tolerance)
-    change = (current - baseline) / abs(baseline) if baseline else math.inf
-    if abs(change) <= tolerance:
+    # from 0 there is no relative change (and JSON has no infinity to write one)
+    change = (current - baseline) / abs(baseline) if baseline else None
+    if change is not None and abs(change) <= tolerance:
         return Comparison(PASS, baseline, current, change, None, tolerance)
-    worse = (current > baseline) == higher_is_worse
-    return Comparison(REGRESSED if worse else IMPROVED, baseline, current, change, None, tolerance)
+    verdict = REGRESSED if (current > baseline) == higher_is_worse else IMPROVED
+    return Comparison(verdict, baseline, current, change, None, tolerance)
 
 
 def session_wide(verdicts: Sequence[dict[str, Any]], alpha: float = ALPHA) -> int:
