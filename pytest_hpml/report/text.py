@@ -134,7 +134,8 @@ def values(verdict: dict[str, Any], unit: str) -> tuple[str, str]:
     alike (29,500 B and 29,504 B are both '29.5 kB')."""
     baseline, current = verdict["baseline"], verdict["current"]
     shown = fmt(baseline, unit), fmt(current, unit)
-    if shown[0] == shown[1] and baseline != current and None not in (baseline, current):
+    counts = all(isinstance(v, (int, float)) and float(v).is_integer() for v in (baseline, current))
+    if shown[0] == shown[1] and baseline != current and counts:
         shown = f"{baseline:,.0f} {unit}".rstrip(), f"{current:,.0f} {unit}".rstrip()
     return shown
 
