@@ -150,10 +150,10 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         series, results = measure({"time": call}, replace(self._plan, after_warmup=compiled.mark))
         self._feed(series["time"])
         self.metrics["time"] = time_metric(series["time"], self._plan.budget)
+        self._count_work({None: call})  # before _describe, which takes its peak memory
         self._describe(call, series["time"])
         for name, value in compiled.metrics().items():
             self.record(name, value)
-        self._count_work({None: call})
         if self.cprofile:
             return self._profile(call, series["time"])
         return results["time"]
@@ -377,7 +377,9 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
             peak = cuda_peak_memory(call, device, self._plan.sync)
             self.record("peak_memory", peak, unit="B", tolerance=0.05, portable=False)
         elif getattr(device, "type", "cpu") == "cpu":
-            peak = tracked_peak_memory(call)
+            # the work counters' pass tracked the same storages: no second pass to count them
+            counted = self._work.get(None)
+            peak = counted.peak if counted is not None else tracked_peak_memory(call)
             if peak is not None:
                 self.record("peak_memory", peak, unit="B")
 

@@ -1,10 +1,11 @@
 """Verdicts of head against base (``--hpml-against``): each metric judged on the pairs of
 processes that measured both sides side by side (Note [Head against base]).
 
-A time or rate gives one ratio per pair, of the two processes' fastest samples (Note [Fastest
-sample]), on the measuring thread's CPU clock where the work ran on that thread (Note [Thread
-clock]); a speed-up measured within one run, of their medians. The verdict rests on the spread
-of the pairs' log-ratios, a one-sample t test from scipy, plus the threshold. A count is
+A time or rate gives one value per process, its fastest sample (Note [Fastest sample]), on the
+measuring thread's CPU clock where the work ran on that thread (Note [Thread clock]); each side
+stands by its best process, and Welch's t test on each side's steady processes, plus the
+threshold, decides (Note [Steady processes]). A speed-up measured within one run gives one
+ratio per pair, of the processes' medians, judged by a one-sample t test. A count is
 compared exactly between the sides (the median of its processes' values, for a measured
 value recorded with a tolerance).
 """
