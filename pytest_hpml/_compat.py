@@ -260,6 +260,22 @@ def flop_formulas() -> dict[Any, Callable[..., int]]:
     return dict(_require(flop_counter, "flop_registry", "torch", TORCH))
 
 
+def callgrind_requests() -> tuple[Callable[[], None], Callable[[], None]]:
+    """torch's callgrind client requests, compiled into libtorch (what
+    ``torch.utils.benchmark``'s ``collect_callgrind`` uses): switch collection on or off, and
+    switch it off and dump what was collected. Undocumented, hence here."""
+    import torch
+
+    supported = getattr(torch._C, "_valgrind_supported_platform", None)
+    toggle = getattr(torch._C, "_valgrind_toggle", None)
+    dump = getattr(torch._C, "_valgrind_toggle_and_dump_stats", None)
+    if supported is None or toggle is None or dump is None:
+        raise UnsupportedVersion(_unsupported("torch", TORCH, "torch._C._valgrind_toggle"))
+    if not supported():
+        raise RuntimeError("this torch build has no callgrind client requests (platform)")
+    return toggle, dump
+
+
 def dynamo_counters() -> dict[str, int] | None:
     """dynamo's graphs, graph breaks, unsupported constructs and frames so far; None while
     ``torch._dynamo`` is not loaded (nothing was compiled)."""

@@ -54,14 +54,15 @@ def pytest_configure(config: pytest.Config) -> None:
         return config.hook.pytest_hpml_reference_workload(config=config, device=device, sync=sync)
 
     threads = chosen.threads or (1 if chosen.against else None)  # Note [Threads]
+    asked = role.rerun_request()
     config.stash[bench_fixture.BENCH_SESSION_KEY] = bench_fixture.BenchSession(
         budget,
         reference,
         threads,
         thread_clock=bool(chosen.against) and threads == 1,
         xdist_worker=role.role(config) is role.Role.XDIST_WORKER,
+        callgrind=bench_fixture.callgrind(asked),
     )
-    asked = role.rerun_request()
     if asked is not None:  # a process started to measure benchmarks again
         from .bench.reruns import Rerun
         from .verdict.session import verdicts

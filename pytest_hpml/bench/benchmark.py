@@ -56,7 +56,13 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
 
     @classmethod
     def adopt(
-        cls, fixture: Any, plan: Plan, settings: BenchSettings, *, count_disabled: bool = False
+        cls,
+        fixture: Any,
+        plan: Plan,
+        settings: BenchSettings,
+        *,
+        count_disabled: bool = False,
+        callgrind: Any = None,
     ) -> HpmlBenchmark:
         """Take over pytest-benchmark's fixture object, sharing its state (pytest-benchmark
         still finds a ``BenchmarkFixture`` whose stats and flags are the ones it made)."""
@@ -66,12 +72,14 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         self._settings = settings
         # under xdist timing is off, but counts need no quiet cores (Note [Work counters])
         self._count_disabled = count_disabled
+        self._callgrind = callgrind  # under valgrind: instructions counted, nothing timed
         self._batch_size = settings.batch_size
         self._model = None
         self._flops = False
         self._work: dict[str | None, Any] = {}  # the work counted: variant (None) -> counters
         self._counted = False  # whether the work was counted (or could not be)
         self.work_seconds = 0.0  # what counting it took
+        self.instruction_seconds = 0.0  # what counting its instructions took, under valgrind
         self._expected: dict[str | None, dict[str, float]] = {}  # variant -> bounds
         self.metrics = {}
         self.superseded = superseded(fixture, plan)
@@ -141,6 +149,10 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         """Benchmark ``function_to_benchmark(*args, **kwargs)``; returns its result."""
         call = _bind(function_to_benchmark, args, kwargs)
         self._claim("benchmark(...)")
+        if self._callgrind is not None:
+            result = call()
+            self._count_instructions({None: call})
+            return result
         if self.disabled:  # --benchmark-disable, or xdist: timing is off
             result = call()
             if self._count_disabled or self._expected:
@@ -184,6 +196,9 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         if baseline not in targets:
             raise ValueError(f"baseline {baseline!r} is not one of {', '.join(targets)}")
         self._claim("variants(...)")
+        if self._callgrind is not None:
+            self._count_instructions(dict(targets))
+            return {name: Series(name) for name in targets}
         if self.disabled:  # --benchmark-disable, or xdist: run each once, count, time nothing
             found = {
                 name: Series(name, first_call=_timed(self._plan, fn, 1)[0])
@@ -339,6 +354,24 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
                 if counter.ops:  # no torch work: no counters, in any process
                     self._record_work(counter, "" if variant is None else f"[{variant}]")
         self._check_expected()
+
+    def _count_instructions(self, calls: dict[str | None, Callable[[], Any]]) -> None:
+        """In the process under valgrind: the instructions of each callable's calls
+        (Note [Instruction counts]), ``instructions`` or ``instructions[name]``."""
+        from .instructions import TOLERANCE
+
+        for variant, call in calls.items():
+            counted = self._callgrind.count(call, self._plan.sync)
+            self.instruction_seconds += counted.seconds
+            suffix = "" if variant is None else f"[{variant}]"
+            self.metrics["instructions" + suffix] = metrics.Instructions(
+                "instr",
+                value=round(counted.instructions),
+                tolerance=self._settings.tolerance.get("instructions", TOLERANCE),
+                detail={"by": counted.functions},
+                calls=counted.calls,
+                counted_on=self._callgrind.key,
+            ).as_dict()
 
     def _record_work(self, counter: Any, suffix: str) -> None:
         for name, (value, detail) in counter.metrics().items():

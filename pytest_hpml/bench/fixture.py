@@ -31,6 +31,8 @@ class BenchSession(NamedTuple):
     threads: int | None = None  # torch's intra-op threads while measuring; None: leave them
     thread_clock: bool = False  # time samples on the thread's CPU clock too (Note [Thread clock])
     xdist_worker: bool = False  # timing is off here, but the work is counted (Note [Work counters])
+    # in the process under valgrind: counts instructions instead of timing (instructions.Callgrind)
+    callgrind: Any = None
 
 
 BENCH_SESSION_KEY = pytest.StashKey[BenchSession]()
@@ -66,11 +68,27 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
         # A pure-Python benchmark need not pay for importing torch.
         reference=given.reference(device, sync) if "torch" in sys.modules else None,
     )
-    value = HpmlBenchmark.adopt(benchmark, plan, settings, count_disabled=given.xdist_worker)
+    value = HpmlBenchmark.adopt(
+        benchmark,
+        plan,
+        settings,
+        count_disabled=given.xdist_worker,
+        callgrind=given.callgrind if settings.instructions else None,
+    )
     request.node.stash[BENCHMARK_KEY] = value
     with torch_threads(given.threads):
         yield value
         value.settle()  # before pytest-benchmark's own teardown, which this fixture depends on
+
+
+def callgrind(request: dict[str, Any] | None) -> Any:
+    """In the process a run started under valgrind to count instructions (its rerun request
+    says where callgrind writes), what counts them; None elsewhere."""
+    if request is None:  # most processes: the counting module is not even imported
+        return None
+    from .instructions import REQUEST_KEY, Callgrind
+
+    return Callgrind(request[REQUEST_KEY]) if request.get(REQUEST_KEY) else None
 
 
 @contextlib.contextmanager

@@ -59,6 +59,11 @@ COUNT = register(
     Kind("count", "a deterministic value (FLOPs, parameters, graph breaks), exact or within "
          "a tolerance", sampled=False, higher_is_better=None, portable=True, judge="count")
 )  # fmt: skip
+INSTRUCTIONS = register(
+    Kind("instructions", "CPU instructions per call counted under callgrind, within a "
+         "tolerance; stored by what the count depends on (Note [Instruction counts])",
+         sampled=False, higher_is_better=False, portable=False, judge="count")
+)  # fmt: skip
 
 
 def kind_of(record: Mapping[str, Any]) -> Kind | None:
@@ -135,6 +140,17 @@ class Count(Metric):
     higher_is_worse: bool = True
     # what explains the value: counts per operator, source lines (Note [Work counters])
     detail: dict[str, Any] | None = None
+
+
+@dataclass
+class Instructions(Count):
+    """Instructions per call of ``calls`` calls counted under callgrind; ``detail["by"]``
+    holds the functions that ran the most of them."""
+
+    KIND: ClassVar[Kind] = INSTRUCTIONS
+    OTHERS: ClassVar[str] = "(other functions)"  # in ``detail["by"]``: those outside the top
+    calls: int = 1
+    counted_on: str = ""  # what the count depends on: its baseline file is named after it
 
 
 # The work counters of every benchmark and their units (Note [Work counters]); besides them,

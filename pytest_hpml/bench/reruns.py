@@ -85,12 +85,16 @@ def ask(
     cwd: Path | None = None,
     args: Sequence[str] | None = None,
     env: dict[str, str] | None = None,
+    wrapper: Sequence[str] = (),
+    request: dict[str, Any] | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
     """Run ``tests`` in one fresh pytest process (``python -m pytest`` with the first
-    process's arguments, unless ``args`` are given) and return its answer: what it measured
-    (``results``), the tests that failed there (``failed``) and the benchmark tests it
-    collected (``benchmarks``); None if it wrote none. It is asked in a file that it removes
-    once read and answers in one of the same name; neither is left when this returns."""
+    process's arguments, unless ``args`` are given; run by ``wrapper``, a command such as
+    valgrind's, if given) and return its answer: what it measured (``results``), the tests
+    that failed there (``failed``) and the benchmark tests it collected (``benchmarks``); None
+    if it wrote none. It is asked in a file that it removes once read (``request`` adds to
+    what it is asked) and answers in one of the same name; neither is left when this
+    returns."""
     handle, name = tempfile.mkstemp(prefix="pytest-hpml-", suffix=".json")
     try:
         wanted = {
@@ -98,11 +102,12 @@ def ask(
             "bench_time": bench_time,
             "output": name,
             "parent": os.getpid(),
+            **(request or {}),
         }
         with os.fdopen(handle, "w", encoding="utf-8") as request:
             json.dump(wanted, request)
         done = _run(
-            [python, "-m", "pytest", *(child_args(config) if args is None else args)],
+            [*wrapper, python, "-m", "pytest", *(child_args(config) if args is None else args)],
             cwd=cwd or config.invocation_params.dir,
             env={**os.environ, **(env or {}), RERUN_ENV: name},
         )

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,11 +62,14 @@ class Pairs:
     collected: dict[str, set[str]] = field(default_factory=dict)  # side -> benchmark tests
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # side -> test -> metrics counted once per side under valgrind (--hpml-instructions)
+    counted: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def runs(self, test: str, name: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        """(head, base) records of one metric, one per pair in which both sides measured it."""
+        """(head, base) records of one metric, one per pair in which both sides measured it
+        (or counted it, under valgrind)."""
         found = []
-        for pair in self.measured:
+        for pair in [*self.measured, self.counted]:
             head = pair.get(HEAD, {}).get(test, {}).get(name)
             base = pair.get(BASE, {}).get(test, {}).get(name)
             if head is not None and base is not None:
@@ -147,19 +150,35 @@ class Against:
         found.seconds = time.monotonic() - start
         return found
 
+    def asker(self, side: Side) -> Callable[..., Any]:
+        """:func:`reruns.ask` for fresh processes of ``side``: its interpreter, its tree, its
+        paths first; ``env`` adds to its environment."""
+
+        def ask(
+            tests: Sequence[str],
+            bench_time: float = 0.0,
+            *,
+            env: dict[str, str] | None = None,
+            **more: Any,
+        ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
+            return reruns.ask(
+                self.config,
+                tests,
+                bench_time,
+                python=side.python,
+                cwd=side.path(self.top, self.config.invocation_params.dir),
+                args=self.arguments(side),
+                env={**self.environment(side), **(env or {})},
+                **more,
+            )
+
+        return ask
+
     def _one(
         self, found: Pairs, side: Side, tests: Sequence[str], bench_time: float
     ) -> dict[str, dict[str, Any]]:
         """One process of ``side``: its metrics by test id (none if it answered nothing)."""
-        done, answer = reruns.ask(
-            self.config,
-            tests,
-            bench_time,
-            python=side.python,
-            cwd=side.path(self.top, self.config.invocation_params.dir),
-            args=self.arguments(side),
-            env=self.environment(side),
-        )
+        done, answer = self.asker(side)(tests, bench_time)
         if answer is None:
             note = f"a {side.name} process measured nothing ({reruns.silence(done)})"
             if note not in found.notes:

@@ -29,10 +29,11 @@ MARKERS = {
     "--hpml-dist-backend), failing when a rank fails, dies or outlives `timeout` seconds "
     "(default --hpml-dist-timeout); fixtures rank and world_size tell each rank its place.",
     "slow": "slow: deselected unless --hpml-run-slow (env HPML_RUN_SLOW, ini hpml_run_slow).",
-    "hpml_bench": "hpml_bench(threshold=None, batch_size=None, work=True, tolerance=None): "
-    "judge this benchmark's time metrics with this minimum relative change (default "
-    "--hpml-threshold); batch_size adds throughput (samples/s); work=False leaves out its work "
-    "counters; tolerance maps a count's name to the relative change it may make.",
+    "hpml_bench": "hpml_bench(threshold=None, batch_size=None, work=True, tolerance=None, "
+    "instructions=True): judge this benchmark's time metrics with this minimum relative change "
+    "(default --hpml-threshold); batch_size adds throughput (samples/s); work=False leaves out "
+    "its work counters, instructions=False its instruction count (--hpml-instructions); "
+    "tolerance maps a count's name to the relative change it may make.",
 }
 
 
@@ -86,6 +87,7 @@ def _hpml_bench(
     batch_size: int | None = None,
     work: bool = True,
     tolerance: dict[str, float] | None = None,
+    instructions: bool = True,
 ) -> None:
     """The signature ``@pytest.mark.hpml_bench`` is bound against."""
 
@@ -97,6 +99,7 @@ class BenchSettings(NamedTuple):
     batch_size: int | None = None
     work: bool = True  # count its work (Note [Work counters])
     tolerance: Mapping[str, float] = MappingProxyType({})  # count name: relative change allowed
+    instructions: bool = True  # count its instructions with --hpml-instructions
 
 
 def bench_settings(mark: pytest.Mark | None) -> BenchSettings:
@@ -114,8 +117,10 @@ def bench_settings(mark: pytest.Mark | None) -> BenchSettings:
     ):
         raise MarkerError(f"batch_size must be a positive integer, got {batch_size!r}")
     work, tolerance = args.get("work", True), args.get("tolerance") or {}
-    if not isinstance(work, bool):
-        raise MarkerError(f"work must be True or False, got {work!r}")
+    instructions = args.get("instructions", True)
+    for name, flag in (("work", work), ("instructions", instructions)):
+        if not isinstance(flag, bool):
+            raise MarkerError(f"{name} must be True or False, got {flag!r}")
     if not isinstance(tolerance, dict) or not all(
         isinstance(k, str) and number(v) and 0 <= v < 1 for k, v in tolerance.items()
     ):
@@ -123,7 +128,7 @@ def bench_settings(mark: pytest.Mark | None) -> BenchSettings:
             "tolerance must map a count's name to a fraction between 0 and 1, such as "
             f"{{'ops': 0.02}}, got {tolerance!r}"
         )
-    return BenchSettings(threshold, batch_size, work, tolerance)
+    return BenchSettings(threshold, batch_size, work, tolerance, instructions)
 
 
 def _distributed(world_size: int = 2, backend: str | None = None, timeout: Any = None) -> None:

@@ -458,6 +458,17 @@ OPTIONS: tuple[Option, ...] = (
         "N",
     ),
     Option(
+        "instructions",
+        "instructions",
+        "also count each benchmark's CPU instructions per call under valgrind's callgrind, in "
+        "one more pytest process after the tests (one per side with --hpml-against), and judge "
+        "them as a count within a tolerance of 0.01 (hpml_bench(tolerance={'instructions': "
+        "...}) per test): no neighbour on the machine moves them; needs valgrind and minutes",
+        parse_bool,
+        "false",
+        flag=True,
+    ),
+    Option(
         "machine",
         "machine",
         "a human-readable name for this machine in baseline files and reports",
@@ -524,6 +535,7 @@ class Settings(NamedTuple):
     threads: int | None  # None: auto
     processes: int
     record_processes: int
+    instructions: bool
     machine: str
     report: str
     report_md: str
@@ -622,6 +634,7 @@ BENCHMARK_OPTIONS = (
     "threads",
     "processes",
     "record_processes",
+    "instructions",
     "machine",
     "report",
     "report_md",

@@ -19,7 +19,10 @@ from . import files, text
 def finish(session: pytest.Session, verdicts: Verdicts) -> None:
     """Measure again in fresh processes, write the reports (before recording: they show what
     the run was judged against), record baselines, and fail the session on a regression."""
-    if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+    measuring = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+    if session.exitstatus in measuring:
+        verdicts.count_instructions()
+    if session.exitstatus in measuring:  # unless Ctrl-C stopped the counting
         if verdicts.against is not None:
             verdicts.measure_against()
         else:
@@ -93,6 +96,22 @@ def document(verdicts: Verdicts) -> dict[str, Any]:
         "counts": text.counts(verdicts.results),
         "errors": verdicts.errors,
         "against": _against(verdicts),
+        "instructions": _counting(verdicts),
+    }
+
+
+def _counting(verdicts: Verdicts) -> dict[str, Any] | None:
+    """With --hpml-instructions: how the instructions were counted; None otherwise."""
+    found = verdicts.counting
+    if found is None:
+        return None
+    return {
+        "counted_on": found.on,
+        "benchmarks": found.tests,
+        "seconds": round(found.seconds, 1),
+        "counting_seconds": {test: round(t, 2) for test, t in found.counting.items()},
+        "failed": found.failed,
+        "notes": found.notes,
     }
 
 
@@ -159,6 +178,7 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
             f"{verdicts.tested} tested metrics are counted (Benjamini-Hochberg): inconclusive"
         )
     _work(reporter, verdicts)
+    _instructions(reporter, verdicts)
     _busy(reporter, verdicts)
     _processes(reporter, verdicts)
     _pairs(reporter, verdicts)
@@ -171,6 +191,27 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
         reporter.write_line(f"hpml: baselines recorded in {path}")
     for error in verdicts.errors:
         reporter.write_line(f"hpml: ERROR {error}", red=True)
+
+
+def _instructions(reporter: Any, verdicts: Verdicts) -> None:
+    """How the instructions were counted (--hpml-instructions), what it cost, what went wrong."""
+    found = verdicts.counting
+    if found is None:
+        return
+    counted = len(found.counted.get("head", {}))
+    if found.counted:
+        spent = found.counting.values()
+        reporter.write_line(
+            f"hpml: instructions of {counted} of {found.tests} benchmark(s) counted under "
+            f"callgrind in {len(found.counted)} process(es), {found.seconds:.1f} s in all: "
+            f"{sum(spent):.1f} s counting, at most {max(spent, default=0.0):.1f} s a "
+            f"benchmark, the rest starting valgrind and the tests; counted on {found.on}"
+        )
+    for side, failed in found.failed.items():
+        for test, why in failed.items():
+            reporter.write_line(f"hpml: {side} under valgrind: {test} {why}", yellow=True)
+    for note in found.notes:
+        reporter.write_line(f"hpml: {note}", yellow=True)
 
 
 def _work(reporter: Any, verdicts: Verdicts) -> None:

@@ -44,6 +44,11 @@ def portable_path(directory: Path, fp: Fingerprint) -> Path:
     return directory / f"portable-torch{fp.torch_minor}.json"
 
 
+def instructions_path(directory: Path, counted_on: str) -> Path:
+    """The instruction-count file of what such counts depend on (Note [Instruction counts])."""
+    return directory / f"instructions-{slug(counted_on)}.json"
+
+
 def load(path: Path) -> dict[str, Any]:
     """Read a baseline file; a missing one is empty, a broken one a :class:`BaselineError`."""
     try:

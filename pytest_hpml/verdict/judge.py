@@ -174,6 +174,7 @@ def judge_count(
     return result
 
 
+OTHERS = metrics.Instructions.OTHERS  # an instruction profile's functions outside its top ones
 EXPLAINED = 5  # operators (or kinds) named in a changed count's reason, the largest changes
 
 
@@ -182,13 +183,16 @@ def explain(current: Mapping[str, Any], stored: Mapping[str, Any]) -> str:
     that moved most, then the source lines of this run's syncs, copies or host tensors."""
     key = "ops" if "ops" in current or "ops" in stored else "by"
     now, then = current.get(key) or {}, stored.get(key) or {}
+    named = {*now, *then} - {OTHERS}  # the rest of an instruction profile, ranked last
     moved = sorted(
-        (name for name in {*now, *then} if now.get(name, 0) != then.get(name, 0)),
+        (name for name in named if now.get(name, 0) != then.get(name, 0)),
         key=lambda name: (-abs(now.get(name, 0) - then.get(name, 0)), name),
     )
     parts = [f"{name}: {then.get(name, 0):,} -> {now.get(name, 0):,} per call" for name in moved]
     if len(parts) > EXPLAINED:
         parts = [*parts[:EXPLAINED], f"{len(parts) - EXPLAINED} more"]
+    if now.get(OTHERS, 0) != then.get(OTHERS, 0):
+        parts.append(f"{OTHERS}: {then.get(OTHERS, 0):,} -> {now.get(OTHERS, 0):,} per call")
     sites = [
         f"{name} at {line}"
         for name, lines in (current.get("sites") or {}).items()

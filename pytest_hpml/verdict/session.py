@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import subprocess
 from functools import cached_property
 from pathlib import Path
@@ -64,6 +65,7 @@ class Verdicts:
         self.tested = 0  # metrics whose verdicts rest on a test
         self.pairs: Any = None  # bench.sides.Pairs, once --hpml-against measured both sides
         self.removed: list[str] = []  # benchmarks of the base revision the working tree lacks
+        self.counting: Any = None  # bench.instructions.Counting, with --hpml-instructions
 
     @cached_property
     def fingerprint(self) -> fingerprint.Fingerprint:
@@ -71,6 +73,8 @@ class Verdicts:
         return found.with_name(self.settings.machine) if self.settings.machine else found
 
     def path_for(self, record: dict[str, Any]) -> Path:
+        if record.get("counted_on"):  # an instruction count
+            return baselines.instructions_path(self.directory, record["counted_on"])
         if record.get("portable"):
             return baselines.portable_path(self.directory, self.fingerprint)
         return baselines.machine_path(self.directory, self.fingerprint)
@@ -150,6 +154,7 @@ class Verdicts:
             return
         window = pair_window(self.settings, len(tests))
         found = self.pairs = against.measure(tests, self.settings.pairs, window)
+        found.counted = self.counting.counted if self.counting is not None else {}
         self.process_count = 2 * len(found.measured)
         on_base = found.collected.get("base")
         for result in self.results:
@@ -172,6 +177,32 @@ class Verdicts:
             reason = f"failed on the base side ({failed[test]}): not judged"
             return stats.Comparison(stats.INCONCLUSIVE, current=_current(record), reason=reason)
         return paired.judge_paired(record, self.pairs.runs(test, name), result["threshold"])
+
+    def count_instructions(self) -> None:
+        """With --hpml-instructions: count the benchmarks' instructions in a process under
+        callgrind, each side's with --hpml-against (judged there, on both sides' counts), else
+        judged here against the stored counts (Note [Instruction counts])."""
+        if not self.settings.instructions or not self.results:
+            return
+        from ..bench import instructions
+
+        tests = [r["test"] for r in self.results if r.get("instructions", True)]
+        against = self.against
+        if against is None:
+            sides = {"head": functools.partial(reruns.ask, self.config, bench_time=0.0)}
+        else:
+            sides = {side.name: against.asker(side) for side in (against.base, against.head)}
+        try:
+            self.counting = instructions.count(tests, sides)
+        except KeyboardInterrupt:
+            self.counting = instructions.Counting(notes=["instructions not counted (interrupted)"])
+            reruns.interrupted(self.config)
+            return
+        counted = self.counting.counted.get("head", {})
+        for result in self.results:
+            found = counted.get(result["test"], {})
+            result["metrics"].update(found)
+            result["verdicts"].update(self.judge(result["test"], found, result["threshold"]))
 
     def busy_benchmarks(self) -> dict[str, str]:
         """The benchmarks whose runs here show a busy machine, and how (Note [Busy machine])."""
@@ -230,8 +261,8 @@ class Verdicts:
         bench = item.stash.get(BENCHMARK_KEY, None)
         if bench is None or not bench.metrics:
             return None
-        threshold = markers.bench_settings(item.get_closest_marker("hpml_bench")).threshold
-        threshold = threshold or self.settings.threshold
+        mark = item.get_closest_marker("hpml_bench")
+        threshold = markers.bench_settings(mark).threshold or self.settings.threshold
         known = len(self.errors)
         verdicts = self.judge(item.nodeid, bench.metrics, threshold)
         return {
@@ -242,6 +273,8 @@ class Verdicts:
             "errors": self.errors[known:],
             "notes": getattr(bench, "superseded", []),
             "work_seconds": getattr(bench, "work_seconds", 0.0),
+            "instruction_seconds": getattr(bench, "instruction_seconds", 0.0),
+            "instructions": markers.bench_settings(mark).instructions,
         }
 
     def collect(self, payload: dict[str, Any]) -> None:
@@ -284,11 +317,7 @@ class Verdicts:
                 entry[name] = {**compact(record), **stamp}
         written = []
         for path, entries in sorted(updates.items()):
-            header = (
-                {"torch": self.fingerprint.torch_minor}
-                if path.name.startswith("portable-")
-                else {"fingerprint": self.fingerprint.as_dict()}
-            )
+            header = self._header(path, entries)
             try:
                 baselines.merge(
                     path, entries, header, append if self.duty.baseline == "append" else None
@@ -300,6 +329,16 @@ class Verdicts:
             else:
                 written.append(path)
         return written
+
+    def _header(self, path: Path, entries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """What a baseline file says it holds: the machine, torch's version, or what its
+        instruction counts depend on."""
+        if path.name.startswith("portable-"):
+            return {"torch": self.fingerprint.torch_minor}
+        if path.name.startswith("instructions-"):
+            keys = {r.get("counted_on") for metrics in entries.values() for r in metrics.values()}
+            return {"counted_on": min(k for k in keys if k)}
+        return {"fingerprint": self.fingerprint.as_dict()}
 
     def other_machines(self) -> str | None:
         """When sampled metrics found no baseline because this machine's fingerprint has no

@@ -1,0 +1,319 @@
+"""Instruction counts under callgrind (``--hpml-instructions``): the CPU work of a benchmark's
+call, counted in one more pytest process that runs under valgrind (Note [Instruction counts]).
+
+The first process asks for the counts (:func:`count_in_valgrind`) once its own tests ran; the
+process under valgrind measures nothing, but each benchmark's ``benchmark(...)`` counts its
+calls with a :class:`Callgrind`: valgrind translates torch without instrumenting it (starting
+instrumented, importing torch alone takes over ten minutes), ``callgrind_control`` switches
+instrumentation on just before the counted calls and off after them, and torch's own
+callgrind client requests switch collection on and dump what was collected.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import importlib.util
+import math
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .metrics import Instructions
+
+# A benchmark's calls are counted until at least this many instructions were counted, or
+# MAX_CALLS calls: one call of a large step, ten of a small one (Note [Instruction counts]).
+TARGET_INSTRUCTIONS = 20_000_000
+MAX_CALLS = 10
+WARMUP_CALLS = 3  # uncounted calls first: lazy initialization must not be counted
+TOP_FUNCTIONS = 40  # functions kept per benchmark to say where a change went
+# A count this much above or below its baseline is a change: between processes and beside a
+# second valgrind the counts measured here moved by under 0.1% (Note [Instruction counts]).
+TOLERANCE = 0.01
+CONTROL_TIMEOUT = 120.0  # seconds callgrind_control may take to switch instrumentation
+REQUEST_KEY = "instructions"  # in a rerun's request: the directory callgrind writes to
+
+
+def unavailable() -> str | None:
+    """Why instructions cannot be counted here; None if they can."""
+    if not sys.platform.startswith("linux"):
+        return f"callgrind's switches are used on Linux only, this is {sys.platform}"
+    for tool in ("valgrind", "callgrind_control"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (on Debian and Ubuntu: apt-get install valgrind)"
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed: its client requests switch callgrind's collection"
+    return None
+
+
+def valgrind_version() -> str:
+    try:
+        done = subprocess.run(["valgrind", "--version"], capture_output=True, text=True)
+    except OSError:
+        return "?"
+    return done.stdout.strip().removeprefix("valgrind-") or "?"
+
+
+def command(directory: Path) -> list[str]:
+    """The valgrind command line that the counting process runs under."""
+    return [
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",  # torch's import would take over ten minutes instrumented
+        "--collect-atstart=no",
+        f"--callgrind-out-file={directory}/callgrind.%p.out",
+    ]
+
+
+def environment() -> dict[str, str]:
+    """What the counting process runs with: hashing fixed (set iteration order decides some
+    work), one thread (OpenMP threads spinning would make a count depend on timing)."""
+    return {"PYTHONHASHSEED": "0", "HPML_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+
+@dataclass
+class Counted:
+    """What the calls of one benchmark asked of the CPU."""
+
+    instructions: float  # per call
+    calls: int
+    functions: dict[str, int] = field(default_factory=dict)  # the top functions, per call
+    seconds: float = 0.0  # what counting took, under valgrind
+
+
+def machine_key(valgrind: str) -> str:
+    """What a count depends on (Note [Instruction counts]): the architecture, the instruction
+    set that torch finds under valgrind (valgrind presents the same CPU on every host of a
+    kind), and the versions of valgrind, torch and Python. Asked in the counting process."""
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    python = ".".join(map(str, sys.version_info[:2]))
+    torch_version = torch.__version__.split("+")[0]
+    return (
+        f"{platform.machine()}-{capability.lower()}-valgrind{valgrind}-torch{torch_version}"
+        f"-py{python}"
+    )
+
+
+class Callgrind:
+    """Counts calls in a process that runs under valgrind's callgrind, started by
+    :func:`command`."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = Path(directory)
+        self.pid = os.getpid()
+
+    @functools.cached_property
+    def key(self) -> str:
+        """What the counts of this process depend on (:func:`machine_key`)."""
+        return machine_key(valgrind_version())
+
+    def count(self, call: Callable[[], Any], sync: Callable[[], None]) -> Counted:
+        """Warm ``call`` up, then count the instructions of a few calls: one first, and more
+        until TARGET_INSTRUCTIONS or MAX_CALLS, each call's share of them."""
+        start = time.perf_counter()
+        for _ in range(WARMUP_CALLS):
+            call()
+        sync()
+        enabled = gc.isenabled()
+        gc.collect()
+        gc.disable()  # a collection would land in whichever call crossed the threshold
+        try:
+            self._instrument("on")
+            try:
+                total, functions = self._collect(call, 1, sync)
+                calls = max(1, min(MAX_CALLS, math.ceil(TARGET_INSTRUCTIONS / max(total, 1))))
+                if calls > 1:
+                    more, extra = self._collect(call, calls - 1, sync)
+                    total += more
+                    for name, cost in extra.items():
+                        functions[name] = functions.get(name, 0) + cost
+            finally:
+                self._instrument("off")
+        finally:
+            if enabled:
+                gc.enable()
+        return Counted(
+            total / calls,
+            calls,
+            top(functions, calls),
+            seconds=time.perf_counter() - start,
+        )
+
+    def _collect(
+        self, call: Callable[[], Any], calls: int, sync: Callable[[], None]
+    ) -> tuple[int, dict[str, int]]:
+        """Collect ``calls`` calls and read callgrind's dump of them."""
+        from .. import _compat
+
+        toggle, dump = _compat.callgrind_requests()
+        toggle()  # collection on
+        for _ in range(calls):
+            call()
+        sync()
+        dump()  # collection off, and what was collected written out
+        found = sorted(self.directory.glob(f"callgrind.{self.pid}.out.*"))
+        if not found:
+            raise RuntimeError(f"callgrind wrote no dump in {self.directory}")
+        try:
+            with open(found[-1], encoding="utf-8", errors="replace") as lines:
+                return parse(lines)
+        finally:
+            for path in found:
+                path.unlink(missing_ok=True)
+
+    def _instrument(self, state: str) -> None:
+        """``callgrind_control -i on|off`` on this process. valgrind takes the command while
+        this process runs, so it spins until the command returns: blocked in a system call, it
+        would need the command to wake it with ptrace, which hardened kernels forbid."""
+        control = subprocess.Popen(
+            ["callgrind_control", "-i", state, str(self.pid)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.monotonic() + CONTROL_TIMEOUT
+        while control.poll() is None:
+            if time.monotonic() > deadline:
+                control.kill()
+                raise RuntimeError(f"callgrind_control -i {state} did not answer")
+        said = control.stdout.read() if control.stdout else ""
+        if control.returncode or "OK" not in said:
+            raise RuntimeError(f"callgrind_control -i {state} failed: {said.strip()[-200:]}")
+
+
+_NAMED = re.compile(r"\((\d+)\)(?: (.*))?")
+
+
+def parse(lines: Iterable[str]) -> tuple[int, dict[str, int]]:
+    """The total of a callgrind dump (its only event, instructions) and each function's own
+    instructions (what it ran itself, its callees' excluded)."""
+    names: dict[str, str] = {}
+    own: dict[str, int] = defaultdict(int)
+    function, total, inclusive = None, 0, False
+    for line in lines:
+        first = line[:1]
+        if first.isdigit() or first in "+-*":
+            if inclusive:  # the line after calls=: a callee's cost, not this function's own
+                inclusive = False
+            elif function is not None:
+                own[function] += int(line.split()[-1])
+        elif line.startswith("fn="):
+            function = _name(line[3:].strip(), names)
+        elif line.startswith("cfn="):
+            _name(line[4:].strip(), names)  # defines a compressed name used later
+        elif line.startswith("calls="):
+            inclusive = True
+        elif line.startswith(("summary:", "totals:")):
+            total = int(line.split()[1])
+    return total or sum(own.values()), dict(own)
+
+
+def _name(text: str, names: dict[str, str]) -> str:
+    """A function's name, through callgrind's name compression (``(12) name``, then ``(12)``);
+    a recursion level's suffix (``'2``) dropped."""
+    found = _NAMED.fullmatch(text)
+    if found:
+        number, name = found.groups()
+        if name is not None:
+            names[number] = name
+        text = names.get(number, text)
+    return re.sub(r"'\d+$", "", text)
+
+
+def top(functions: Mapping[str, int], calls: int, keep: int = TOP_FUNCTIONS) -> dict[str, int]:
+    """The ``keep`` functions with the most instructions, per call; the rest as one."""
+    ranked = sorted(functions.items(), key=lambda item: (-item[1], item[0]))
+    kept = {name: round(cost / calls) for name, cost in ranked[:keep]}
+    rest = sum(cost for _, cost in ranked[keep:])
+    if rest:
+        kept[Instructions.OTHERS] = round(rest / calls)
+    return kept
+
+
+@dataclass
+class Counting:
+    """What the processes under valgrind counted, side by side with --hpml-against."""
+
+    counted: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # side, test
+    failed: dict[str, dict[str, str]] = field(default_factory=dict)  # side -> test -> why
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0  # wall time of the processes under valgrind, start-up included
+    counting: dict[str, float] = field(default_factory=dict)  # test id -> seconds counting it
+    tests: int = 0  # benchmarks asked for
+
+    @property
+    def on(self) -> str:
+        """What the counts depend on (:func:`machine_key`), as the processes found it."""
+        keys = {
+            record.get("counted_on")
+            for metrics in self.counted.get("head", {}).values()
+            for record in metrics.values()
+        }
+        return ", ".join(sorted(k for k in keys if k))
+
+
+Ask = Callable[..., tuple[subprocess.CompletedProcess[str], "dict[str, Any] | None"]]
+
+
+def count(tests: Sequence[str], sides: Mapping[str, Ask]) -> Counting:
+    """Count the instructions of ``tests`` in one process under callgrind per side, asked
+    through each side's ``ask`` (a rerun's :func:`~pytest_hpml.bench.reruns.ask`, with the
+    side's interpreter and tree bound). Ctrl-C ends it as a rerun's does."""
+    found = Counting(tests=len(tests))
+    why = unavailable()
+    if why or not tests:
+        found.notes += [f"instructions not counted: {why}"] if why else []
+        return found
+    start = time.monotonic()
+    try:
+        for side, ask in sides.items():
+            with tempfile.TemporaryDirectory(prefix="pytest-hpml-callgrind-") as directory:
+                done, answer = ask(
+                    tests,
+                    wrapper=command(Path(directory)),
+                    env=environment(),
+                    request={REQUEST_KEY: directory},
+                )
+            _take(found, side, done, answer)
+    finally:
+        found.seconds = time.monotonic() - start
+    return found
+
+
+def _take(
+    found: Counting,
+    side: str,
+    done: subprocess.CompletedProcess[str],
+    answer: dict[str, Any] | None,
+) -> None:
+    """Keep one side's counts; say why, if it counted nothing."""
+    if answer is None:
+        from .reruns import silence
+
+        found.notes.append(f"the {side} process under valgrind counted nothing ({silence(done)})")
+        return
+    found.counted[side] = {
+        result["test"]: {n: r for n, r in result["metrics"].items() if is_instructions(n)}
+        for result in answer["results"]
+    }
+    found.failed[side] = dict(answer.get("failed", {}))
+    for result in answer["results"]:
+        spent = result.get("instruction_seconds", 0.0)
+        found.counting[result["test"]] = found.counting.get(result["test"], 0.0) + spent
+
+
+def is_instructions(name: str) -> bool:
+    """Whether a metric is an instruction count (``instructions``, ``instructions[variant]``)."""
+    return name.partition("[")[0] == "instructions"

@@ -1,0 +1,141 @@
+"""Instruction counts under callgrind (``--hpml-instructions``, Note [Instruction counts]): a
+real valgrind counts a small training step; a planted change of torch work and one of pure
+Python work are each caught and attributed to the function that ran the extra instructions.
+
+The inner project records its counts with nothing planted, then is compared with ``PLANT=1``.
+Times are judged at a 99% threshold: only the counts can fail these runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from tests.conftest import Project
+
+needs_valgrind = pytest.mark.skipif(
+    shutil.which("valgrind") is None or not sys.platform.startswith("linux"),
+    reason="valgrind is not installed (apt-get install valgrind): nothing to count under",
+)
+
+STEP = '''
+"""A training step; PLANT=1 adds torch work or Python work where a test asks for it."""
+
+import os
+
+import torch
+
+PLANT = os.environ.get("PLANT") == "1"
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+inputs, labels = torch.randn(32, 64), torch.randint(0, 10, (32,))
+table = torch.randn(256, 256)
+
+
+def step(more_torch=False, more_python=False):
+    optimizer.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(inputs), labels)
+    loss.backward()
+    optimizer.step()
+    if more_torch:
+        table.cumsum(0)
+    if more_python:
+        sum(i * i for i in range(2000))
+'''
+
+TESTS = """
+import pytest
+
+from step import PLANT, step
+
+
+def test_unchanged(benchmark):
+    benchmark(step)
+
+
+def test_more_torch_work(benchmark):
+    benchmark(step, more_torch=PLANT)
+
+
+def test_more_python_work(benchmark):
+    benchmark(step, more_python=PLANT)
+
+
+@pytest.mark.hpml_bench(instructions=False)
+def test_opted_out(benchmark):
+    benchmark(step)
+"""
+
+COUNTED = ("--hpml-instructions", "--hpml-threshold=99%", "--hpml-bench-time=0.2")
+TIMEOUT = 900  # seconds: valgrind translates torch's libraries at import, minutes when busy
+
+
+def run(project: Project, *args: str) -> pytest.RunResult:
+    return project.pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", *COUNTED, "--hpml-report=r.json", *args, timeout=TIMEOUT
+    )
+
+
+def judged(project: Project) -> dict[tuple[str, str], dict[str, object]]:
+    """(test name, metric) -> the verdict, from the JSON report."""
+    report = json.loads((project.path / "r.json").read_text())
+    return {
+        (r["test"].partition("::")[2], m): v
+        for r in report["results"]
+        for m, v in r["verdicts"].items()
+    }
+
+
+@needs_valgrind
+def test_a_planted_change_is_caught_and_attributed_to_its_function(project: Project) -> None:
+    project.pytester.makepyfile(step=STEP, test_inner=TESTS)
+    recorded = run(project, "--hpml-baseline=update")
+    assert recorded.ret == pytest.ExitCode.OK, recorded.stdout.str()
+    recorded.stdout.fnmatch_lines(
+        ["hpml: instructions of 3 of 3 benchmark(s) counted under callgrind in 1 process(es)*"]
+    )
+    [stored_file] = project.baseline_dir.glob("instructions-*.json")
+    stored = json.loads(stored_file.read_text())
+    counts = {test.partition("::")[2]: m["instructions"] for test, m in stored["entries"].items()}
+    assert set(counts) == {"test_unchanged", "test_more_torch_work", "test_more_python_work"}
+    assert all(c["value"] > 100_000 and c["calls"] >= 1 for c in counts.values()), counts
+    assert stored["counted_on"].startswith(os.uname().machine)
+
+    project.monkeypatch.setenv("PLANT", "1")
+    compared = run(project, "--hpml-baseline=compare")
+    verdicts = judged(project)
+    assert verdicts[("test_unchanged", "instructions")]["verdict"] == "pass"
+    torch_work = verdicts[("test_more_torch_work", "instructions")]
+    python_work = verdicts[("test_more_python_work", "instructions")]
+    assert torch_work["verdict"] == python_work["verdict"] == "regressed"
+    # the function that ran most of the added instructions comes first in the reason
+    assert "cumsum" in str(torch_work["reason"]).split(";")[0], torch_work["reason"]
+    assert "_PyEval_EvalFrameDefault" in str(python_work["reason"]), python_work["reason"]
+    assert ("test_opted_out", "instructions") not in verdicts
+    assert compared.ret == pytest.ExitCode.TESTS_FAILED
+    compared.stdout.fnmatch_lines(
+        ["hpml: REGRESSED test_inner.py::test_more_python_work instructions: *, threshold 1%"]
+    )
+
+
+def test_without_valgrind_one_line_says_so(project: Project) -> None:
+    """No valgrind on PATH: the run measures as usual, and the summary says why nothing was
+    counted, once."""
+    project.pytester.makepyfile(
+        test_inner="def test_pure(benchmark):\n    benchmark(sum, range(100))\n"
+    )
+    project.monkeypatch.setenv("PATH", os.path.dirname(sys.executable))
+    result = project.run_subprocess("--hpml-instructions", "--hpml-baseline=off")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    said = [line for line in result.outlines if "instructions not counted" in line]
+    assert said == [
+        "hpml: instructions not counted: valgrind is not installed (on Debian and Ubuntu: "
+        "apt-get install valgrind)"
+    ]
