@@ -62,6 +62,7 @@ def pytest_configure(config: pytest.Config) -> None:
         thread_clock=bool(chosen.against) and threads == 1,
         xdist_worker=role.role(config) is role.Role.XDIST_WORKER,
         callgrind=bench_fixture.callgrind(asked),
+        counts=bench_fixture.counts(asked),
     )
     if asked is not None:  # a process started to measure benchmarks again
         from .bench.reruns import Rerun

@@ -135,8 +135,12 @@ def test_mps_device_off_apple_silicon_is_a_usage_error(project: Project) -> None
         ("gpu(memory_gb=float('nan'))", "memory_gb must be a positive number of GiB, got nan"),
         ("distributed(timeout=float('inf'))", "timeout must be a positive number of seconds"),
         ("hpml_bench(batch_size=2.5)", "batch_size must be a positive integer, got 2.5"),
-        ("hpml_bench(0.1, 8, True, {}, 1)", "too many positional arguments; hpml_bench(threshold="),
+        (
+            "hpml_bench(0.1, 8, True, {}, True, 1)",
+            "too many positional arguments; hpml_bench(threshold=",
+        ),
         ("hpml_bench(work=1)", "work must be True or False, got 1"),
+        ("hpml_bench(instructions='no')", "instructions must be True or False, got 'no'"),
         ('hpml_bench(tolerance={"ops": 2})', "tolerance must map a count's name to a fraction"),
     ],
 )

@@ -139,3 +139,26 @@ def test_without_valgrind_one_line_says_so(project: Project) -> None:
         "hpml: instructions not counted: valgrind is not installed (on Debian and Ubuntu: "
         "apt-get install valgrind)"
     ]
+
+
+@needs_valgrind
+def test_against_base_counts_both_sides_in_the_same_job(project: Project) -> None:
+    """With --hpml-against, one process under valgrind per side; the counts are judged
+    against each other, with no stored baseline."""
+    from tests.test_against import git
+
+    project.pytester.makepyfile(step=STEP, test_inner=TESTS)
+    git(project.path, "init", "-q")
+    git(project.path, "add", "-A")
+    git(project.path, "commit", "-qm", "base")
+    planted = STEP.replace('os.environ.get("PLANT") == "1"', "True")
+    (project.path / "step.py").write_text(planted)  # the working tree adds work; HEAD does not
+    result = run(project, "--hpml-against=HEAD", "--hpml-pairs=2", "-k", "not opted_out")
+    verdicts = judged(project)
+    assert verdicts[("test_unchanged", "instructions")]["verdict"] == "pass"
+    for test in ("test_more_torch_work", "test_more_python_work"):
+        assert verdicts[(test, "instructions")]["verdict"] == "regressed", verdicts
+    result.stdout.fnmatch_lines(
+        ["hpml: instructions of 3 of 3 benchmark(s) counted under callgrind in 2 process(es)*"]
+    )
+    assert not list(project.path.glob("baselines/instructions-*.json"))

@@ -62,6 +62,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         settings: BenchSettings,
         *,
         count_disabled: bool = False,
+        counts: bool = True,
         callgrind: Any = None,
     ) -> HpmlBenchmark:
         """Take over pytest-benchmark's fixture object, sharing its state (pytest-benchmark
@@ -72,6 +73,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         self._settings = settings
         # under xdist timing is off, but counts need no quiet cores (Note [Work counters])
         self._count_disabled = count_disabled
+        self._counts = counts  # off: another process counts them (they are the same in all)
         self._callgrind = callgrind  # under valgrind: instructions counted, nothing timed
         self._batch_size = settings.batch_size
         self._model = None
@@ -329,18 +331,21 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
             params, size = model_size(self._model)
             self.record("params", params)
             self.record("param_bytes", size, unit="B")
-        if self._flops and call is not None:
+        if self._flops and call is not None:  # in every process: FLOP/s needs its rounds
             flops = count_flops(call)
             if flops:
                 self.record("flops", flops, unit="FLOP")
                 self.metrics["flop_rate"] = rate_metric(series, flops, "FLOP/s")
-            self._record_memory(call)
+            if self._counts:
+                self._record_memory(call)
 
     def _count_work(self, calls: dict[str | None, Callable[[], Any]]) -> None:
         """The work counters of one more call of each (variant name, or None: the benchmarked
         function), outside the timed rounds (Note [Work counters]), recorded as exact counts
         with what explains them: ``syncs``, or ``syncs[name]`` of a variant."""
         self._counted = True
+        if not self._counts:  # counted, and their expectations checked, in another process
+            return
         if self._settings.work and "torch" in sys.modules:
             from .work import count_work
 

@@ -33,6 +33,9 @@ class BenchSession(NamedTuple):
     xdist_worker: bool = False  # timing is off here, but the work is counted (Note [Work counters])
     # in the process under valgrind: counts instructions instead of timing (instructions.Callgrind)
     callgrind: Any = None
+    # the work counters, FLOPs and peak memory: off in a process that only times (they are the
+    # same in every process; Note [Work counters])
+    counts: bool = True
 
 
 BENCH_SESSION_KEY = pytest.StashKey[BenchSession]()
@@ -73,6 +76,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
         plan,
         settings,
         count_disabled=given.xdist_worker,
+        counts=given.counts,
         callgrind=given.callgrind if settings.instructions else None,
     )
     request.node.stash[BENCHMARK_KEY] = value
@@ -89,6 +93,15 @@ def callgrind(request: dict[str, Any] | None) -> Any:
     from .instructions import REQUEST_KEY, Callgrind
 
     return Callgrind(request[REQUEST_KEY]) if request.get(REQUEST_KEY) else None
+
+
+def counts(request: dict[str, Any] | None) -> bool:
+    """Whether this process records the deterministic counts: not a rerun asked to time only."""
+    if request is None:
+        return True
+    from .reruns import COUNTS_KEY
+
+    return bool(request.get(COUNTS_KEY, True))
 
 
 @contextlib.contextmanager

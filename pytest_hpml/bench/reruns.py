@@ -35,6 +35,9 @@ from ..config.invocation import child_args, keep_only
 from ..config.role import RERUN_ENV, die_with_parent
 from .metrics import is_sampled
 
+# In a rerun's request: whether it records the counts (work, FLOPs, memory) too. They are the
+# same in every process, so the processes that only add samples leave them out.
+COUNTS_KEY = "counts"
 RUN_KEYS = ("samples", "reference", "budget", "load")  # what one process's run of a metric keeps
 STOP_GRACE = 5.0  # seconds an interrupted process gets to end before it is killed
 
@@ -71,8 +74,9 @@ def measure_again(
 def _measure_in_one(
     config: pytest.Config, tests: Sequence[str], bench_time: float
 ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]] | None]:
-    """One fresh process of this tree and what it measured (None if nothing)."""
-    done, answer = ask(config, tests, bench_time)
+    """One fresh process of this tree and what it measured (None if nothing): its samples
+    only, since the first process counted the rest."""
+    done, answer = ask(config, tests, bench_time, request={COUNTS_KEY: False})
     return done, None if answer is None else answer["results"]
 
 

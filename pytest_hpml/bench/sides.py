@@ -139,9 +139,11 @@ class Against:
         for index in range(pairs):
             order = (self.base, self.head) if index % 2 == 0 else (self.head, self.base)
             pair: dict[str, dict[str, dict[str, Any]]] = {}
+            # the counts are the same in every process: the first complete pair records them
+            counts = not any(p.get(BASE) and p.get(HEAD) for p in found.measured)
             try:
                 for side in order:
-                    pair[side.name] = self._one(found, side, tests, bench_time)
+                    pair[side.name] = self._one(found, side, tests, bench_time, counts)
             except KeyboardInterrupt:
                 found.notes.append(f"pair {index + 1} of {pairs} not completed (interrupted)")
                 reruns.interrupted(self.config)
@@ -175,10 +177,11 @@ class Against:
         return ask
 
     def _one(
-        self, found: Pairs, side: Side, tests: Sequence[str], bench_time: float
+        self, found: Pairs, side: Side, tests: Sequence[str], bench_time: float, counts: bool
     ) -> dict[str, dict[str, Any]]:
-        """One process of ``side``: its metrics by test id (none if it answered nothing)."""
-        done, answer = self.asker(side)(tests, bench_time)
+        """One process of ``side``: its metrics by test id (none if it answered nothing); its
+        counts too where ``counts``."""
+        done, answer = self.asker(side)(tests, bench_time, request={reruns.COUNTS_KEY: counts})
         if answer is None:
             note = f"a {side.name} process measured nothing ({reruns.silence(done)})"
             if note not in found.notes:
