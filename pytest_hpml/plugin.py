@@ -53,15 +53,17 @@ def pytest_configure(config: pytest.Config) -> None:
     def reference(device: Any, sync: Any) -> Any:
         return config.hook.pytest_hpml_reference_workload(config=config, device=device, sync=sync)
 
-    threads = chosen.threads or (1 if chosen.against else None)  # Note [Threads]
     asked = role.rerun_request()
+    callgrind = bench_fixture.callgrind(asked)
+    threads = chosen.threads or (1 if chosen.against else None)  # Note [Threads]
+    threads = 1 if callgrind is not None else threads  # Note [Instruction counts]
     config.stash[bench_fixture.BENCH_SESSION_KEY] = bench_fixture.BenchSession(
         budget,
         reference,
         threads,
         thread_clock=bool(chosen.against) and threads == 1,
         xdist_worker=role.role(config) is role.Role.XDIST_WORKER,
-        callgrind=bench_fixture.callgrind(asked),
+        callgrind=callgrind,
         counts=bench_fixture.counts(asked),
     )
     if asked is not None:  # a process started to measure benchmarks again

@@ -58,6 +58,8 @@ from step import PLANT, step
 
 def test_unchanged(benchmark):
     benchmark(step)
+    benchmark.expect(syncs=0)  # checked where the work is counted, not under valgrind
+    benchmark.cite("time", 0.001, "a figure to show beside it")
 
 
 def test_more_torch_work(benchmark):
@@ -120,6 +122,7 @@ def test_a_planted_change_is_caught_and_attributed_to_its_function(project: Proj
     assert "_PyEval_EvalFrameDefault" in str(python_work["reason"]), python_work["reason"]
     assert ("test_opted_out", "instructions") not in verdicts
     assert compared.ret == pytest.ExitCode.TESTS_FAILED
+    assert "under valgrind:" not in compared.stdout.str()  # no test failed there
     compared.stdout.fnmatch_lines(
         ["hpml: REGRESSED test_inner.py::test_more_python_work instructions: *, threshold 1%"]
     )
@@ -162,3 +165,5 @@ def test_against_base_counts_both_sides_in_the_same_job(project: Project) -> Non
         ["hpml: instructions of 3 of 3 benchmark(s) counted under callgrind in 2 process(es)*"]
     )
     assert not list(project.path.glob("baselines/instructions-*.json"))
+    assert "under valgrind:" not in result.stdout.str()
+    assert "failed on the base side" not in result.stdout.str()

@@ -540,3 +540,16 @@ def test_paired_counts_are_compared_exactly() -> None:
     result = judge_paired(count, [(count, {**count, "value": 100.0})], threshold=0.06)
     assert result.verdict == stats.REGRESSED
     assert result.change == pytest.approx(1.0)
+
+
+def test_a_changed_instruction_count_names_only_functions_that_surely_moved() -> None:
+    """A profile keeps its top functions; one outside them is only known to lie under the
+    least of them, so it is named only where that bound proves it moved."""
+    stored = {"kind": "instructions", "value": 1_000, "tolerance": 0.01, "unit": "instr"}
+    stored["detail"] = {"by": {"kernel": 600, "dispatch": 100, "(other functions)": 300}}
+    current = {**stored, "value": 1_300}
+    current["detail"] = {"by": {"kernel": 600, "new_kernel": 400, "(other functions)": 300}}
+    verdict = judge_metric(current, stored, threshold=0.06)
+    assert verdict.verdict == "regressed"
+    # new_kernel was under 100 before (outside the top); dispatch is under 400 now: may be equal
+    assert verdict.reason == "new_kernel: <100 -> 400 per call"

@@ -33,8 +33,8 @@ class BenchSession(NamedTuple):
     xdist_worker: bool = False  # timing is off here, but the work is counted (Note [Work counters])
     # in the process under valgrind: counts instructions instead of timing (instructions.Callgrind)
     callgrind: Any = None
-    # the work counters, FLOPs and peak memory: off in a process that only times (they are the
-    # same in every process; Note [Work counters])
+    # the work counters and peak memory: off in a process that only times (they are the same in
+    # every process; Note [Work counters]) and in the one counting instructions
     counts: bool = True
 
 
@@ -88,7 +88,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
 def callgrind(request: dict[str, Any] | None) -> Any:
     """In the process a run started under valgrind to count instructions (its rerun request
     says where callgrind writes), what counts them; None elsewhere."""
-    if request is None:  # most processes: the counting module is not even imported
+    if request is None:  # the first process and xdist workers do not import the module
         return None
     from .instructions import REQUEST_KEY, Callgrind
 
@@ -96,12 +96,14 @@ def callgrind(request: dict[str, Any] | None) -> Any:
 
 
 def counts(request: dict[str, Any] | None) -> bool:
-    """Whether this process records the deterministic counts: not a rerun asked to time only."""
+    """Whether this process records the work counters and peak memory: not a rerun asked only
+    to time, nor the one counting instructions."""
     if request is None:
         return True
+    from .instructions import REQUEST_KEY
     from .reruns import COUNTS_KEY
 
-    return bool(request.get(COUNTS_KEY, True))
+    return bool(request.get(COUNTS_KEY, True)) and not request.get(REQUEST_KEY)
 
 
 @contextlib.contextmanager

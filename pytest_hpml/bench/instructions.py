@@ -11,6 +11,7 @@ callgrind client requests switch collection on and dump what was collected.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import importlib.util
@@ -24,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,13 @@ def command(directory: Path) -> list[str]:
         "--tool=callgrind",
         "--instr-atstart=no",  # torch's import would take over ten minutes instrumented
         "--collect-atstart=no",
+        # the dump format parse() reads, whatever a ~/.valgrindrc or VALGRIND_OPTS says
+        "--cache-sim=no",
+        "--branch-sim=no",
+        "--collect-jumps=no",
+        "--collect-systime=no",
+        "--separate-threads=no",
+        "--dump-instr=no",
         f"--callgrind-out-file={directory}/callgrind.%p.out",
     ]
 
@@ -122,7 +130,10 @@ class Callgrind:
     def count(self, call: Callable[[], Any], sync: Callable[[], None]) -> Counted:
         """Warm ``call`` up, then count the instructions of a few calls: one first, and more
         until TARGET_INSTRUCTIONS or MAX_CALLS, each call's share of them."""
+        from .. import _compat
+
         start = time.perf_counter()
+        requests = _compat.callgrind_requests()  # imports torch, if need be, uninstrumented
         for _ in range(WARMUP_CALLS):
             call()
         sync()
@@ -130,17 +141,14 @@ class Callgrind:
         gc.collect()
         gc.disable()  # a collection would land in whichever call crossed the threshold
         try:
-            self._instrument("on")
-            try:
-                total, functions = self._collect(call, 1, sync)
+            with self._instrumented():
+                total, functions = self._collect(requests, call, 1, sync)
                 calls = max(1, min(MAX_CALLS, math.ceil(TARGET_INSTRUCTIONS / max(total, 1))))
                 if calls > 1:
-                    more, extra = self._collect(call, calls - 1, sync)
+                    more, extra = self._collect(requests, call, calls - 1, sync)
                     total += more
                     for name, cost in extra.items():
                         functions[name] = functions.get(name, 0) + cost
-            finally:
-                self._instrument("off")
         finally:
             if enabled:
                 gc.enable()
@@ -151,38 +159,57 @@ class Callgrind:
             seconds=time.perf_counter() - start,
         )
 
-    def _collect(
-        self, call: Callable[[], Any], calls: int, sync: Callable[[], None]
-    ) -> tuple[int, dict[str, int]]:
-        """Collect ``calls`` calls and read callgrind's dump of them."""
-        from .. import _compat
-
-        toggle, dump = _compat.callgrind_requests()
-        toggle()  # collection on
-        for _ in range(calls):
-            call()
-        sync()
-        dump()  # collection off, and what was collected written out
-        found = sorted(self.directory.glob(f"callgrind.{self.pid}.out.*"))
-        if not found:
-            raise RuntimeError(f"callgrind wrote no dump in {self.directory}")
+    @contextlib.contextmanager
+    def _instrumented(self) -> Iterator[None]:
+        """Instrumentation on inside; off after, unless switching it off fails while an error
+        is already on its way (that error is the one to see)."""
+        self._instrument("on")
         try:
-            with open(found[-1], encoding="utf-8", errors="replace") as lines:
-                return parse(lines)
+            yield
+        except BaseException:
+            with contextlib.suppress(RuntimeError):
+                self._instrument("off")
+            raise
+        self._instrument("off")
+
+    def _collect(
+        self,
+        requests: tuple[Callable[[], None], Callable[[], None]],
+        call: Callable[[], Any],
+        calls: int,
+        sync: Callable[[], None],
+    ) -> tuple[int, dict[str, int]]:
+        """Collect ``calls`` calls and read callgrind's dump of them. Collection is switched
+        off again whatever happens: left on, the next benchmark's switch would invert it."""
+        toggle, dump = requests
+        toggle()  # collection on
+        try:
+            for _ in range(calls):
+                call()
+            sync()
         finally:
+            dump()  # collection off, and what was collected written out
+            found = sorted(self.directory.glob(f"callgrind.{self.pid}.out.*"))
+            counted = _read(found[-1]) if found else None
             for path in found:
                 path.unlink(missing_ok=True)
+        if counted is None:
+            raise RuntimeError(f"callgrind wrote no dump in {self.directory}")
+        return counted
 
     def _instrument(self, state: str) -> None:
         """``callgrind_control -i on|off`` on this process. valgrind takes the command while
         this process runs, so it spins until the command returns: blocked in a system call, it
         would need the command to wake it with ptrace, which hardened kernels forbid."""
-        control = subprocess.Popen(
-            ["callgrind_control", "-i", state, str(self.pid)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        try:
+            control = subprocess.Popen(
+                ["callgrind_control", "-i", state, str(self.pid)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        except OSError as exc:  # callgrind_control is a perl script: perl may be missing
+            raise RuntimeError(f"callgrind_control cannot run: {exc}") from None
         deadline = time.monotonic() + CONTROL_TIMEOUT
         while control.poll() is None:
             if time.monotonic() > deadline:
@@ -191,6 +218,11 @@ class Callgrind:
         said = control.stdout.read() if control.stdout else ""
         if control.returncode or "OK" not in said:
             raise RuntimeError(f"callgrind_control -i {state} failed: {said.strip()[-200:]}")
+
+
+def _read(path: Path) -> tuple[int, dict[str, int]]:
+    with open(path, encoding="utf-8", errors="replace") as lines:
+        return parse(lines)
 
 
 _NAMED = re.compile(r"\((\d+)\)(?: (.*))?")
@@ -304,10 +336,11 @@ def _take(
 
         found.notes.append(f"the {side} process under valgrind counted nothing ({silence(done)})")
         return
-    found.counted[side] = {
-        result["test"]: {n: r for n, r in result["metrics"].items() if is_instructions(n)}
-        for result in answer["results"]
-    }
+    found.counted[side] = {}
+    for result in answer["results"]:
+        counted = {n: r for n, r in result["metrics"].items() if is_instructions(n)}
+        if counted:  # a pedantic or record-only benchmark has none
+            found.counted[side][result["test"]] = counted
     found.failed[side] = dict(answer.get("failed", {}))
     for result in answer["results"]:
         spent = result.get("instruction_seconds", 0.0)

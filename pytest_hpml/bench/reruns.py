@@ -35,7 +35,7 @@ from ..config.invocation import child_args, keep_only
 from ..config.role import RERUN_ENV, die_with_parent
 from .metrics import is_sampled
 
-# In a rerun's request: whether it records the counts (work, FLOPs, memory) too. They are the
+# In a rerun's request: whether it records the work counters and peak memory too. They are the
 # same in every process, so the processes that only add samples leave them out.
 COUNTS_KEY = "counts"
 RUN_KEYS = ("samples", "reference", "budget", "load")  # what one process's run of a metric keeps

@@ -17,7 +17,7 @@ import fnmatch
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -176,12 +176,16 @@ def load_entries(path: Path) -> Entries:
     return data["entries"]
 
 
-def _stores_portable(path: Path) -> bool | None:
-    """What a baseline file holds: portable records (True), one machine's (False); None for a
-    JSON report, which holds both."""
+def _holds(path: Path) -> Callable[[dict[str, Any]], bool] | None:
+    """Which records a baseline file holds: portable ones, one machine's, or instruction counts
+    (each kind has a file of its own); None for a JSON report, which holds them all."""
     if _is_report(path):
         return None
-    return "fingerprint" not in baselines.load(path)
+    data = baselines.load(path)
+    if "counted_on" in data:
+        return lambda record: bool(record.get("counted_on"))
+    portable = "fingerprint" not in data
+    return lambda record: bool(record.get("portable")) == portable and not record.get("counted_on")
 
 
 def center(record: dict[str, Any]) -> float | None:
@@ -218,7 +222,13 @@ def run_list(args: argparse.Namespace) -> int:
 
 def _file_row(path: Path, data: dict[str, Any]) -> dict[str, str]:
     fp = data.get("fingerprint") or {}
-    machine = fp.get("name") or (f"portable, torch {data['torch']}" if "torch" in data else "-")
+    machine = fp.get("name") or (
+        f"portable, torch {data['torch']}"
+        if "torch" in data
+        else f"instructions, {data['counted_on']}"
+        if "counted_on" in data
+        else "-"
+    )
     entries = data["entries"]
     return {
         "file": path.name,
@@ -281,12 +291,12 @@ def run_diff(args: argparse.Namespace) -> int:
     old, new = load_entries(args.old), load_entries(args.new)
     # Like with like: against a machine file, a report's portable counts are not "added" (they
     # live in the portable file), and against a portable file its times are not either.
-    kinds = {path: _stores_portable(path) for path in (args.old, args.new)}
+    kinds = {path: _holds(path) for path in (args.old, args.new)}
     for side, path, other in ((args.old, args.new, new), (args.new, args.old, old)):
-        portable = kinds[side]
-        if portable is not None and kinds[path] is None:  # a baseline file against a report
+        holds = kinds[side]
+        if holds is not None and kinds[path] is None:  # a baseline file against a report
             for metrics in other.values():
-                for name in [n for n, r in metrics.items() if bool(r.get("portable")) != portable]:
+                for name in [n for n, r in metrics.items() if not holds(r)]:
                     del metrics[name]
     body = []
     for test in sorted(old.keys() | new.keys()):

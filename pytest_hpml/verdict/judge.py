@@ -185,10 +185,10 @@ def explain(current: Mapping[str, Any], stored: Mapping[str, Any]) -> str:
     now, then = current.get(key) or {}, stored.get(key) or {}
     named = {*now, *then} - {OTHERS}  # the rest of an instruction profile, ranked last
     moved = sorted(
-        (name for name in named if now.get(name, 0) != then.get(name, 0)),
-        key=lambda name: (-abs(now.get(name, 0) - then.get(name, 0)), name),
+        (name for name in named if _moved(now, then, name)),
+        key=lambda name: (-_moved(now, then, name), name),
     )
-    parts = [f"{name}: {then.get(name, 0):,} -> {now.get(name, 0):,} per call" for name in moved]
+    parts = [f"{name}: {_shown(then, name)} -> {_shown(now, name)} per call" for name in moved]
     if len(parts) > EXPLAINED:
         parts = [*parts[:EXPLAINED], f"{len(parts) - EXPLAINED} more"]
     if now.get(OTHERS, 0) != then.get(OTHERS, 0):
@@ -201,6 +201,32 @@ def explain(current: Mapping[str, Any], stored: Mapping[str, Any]) -> str:
     if sites:
         parts.append("where: " + ", ".join(sites[:EXPLAINED]))
     return "; ".join(parts)
+
+
+def _count(counts: Mapping[str, int], name: str) -> int:
+    """``name``'s count; for a function outside an instruction profile's top ones, the least of
+    those, which it stayed under."""
+    if not _bounded(counts, name):
+        return counts.get(name, 0)
+    return min((v for k, v in counts.items() if k != OTHERS), default=0)
+
+
+def _bounded(counts: Mapping[str, int], name: str) -> bool:
+    """Whether ``name`` fell outside an instruction profile's top functions (its count is
+    only known to lie under the least of theirs)."""
+    return name not in counts and OTHERS in counts
+
+
+def _moved(now: Mapping[str, int], then: Mapping[str, int], name: str) -> int:
+    """How much ``name``'s count moved at least (0: it may not have moved)."""
+    current, before = _count(now, name), _count(then, name)
+    if _bounded(now, name):
+        return 0 if _bounded(then, name) else max(0, before - current)
+    return max(0, current - before) if _bounded(then, name) else abs(current - before)
+
+
+def _shown(counts: Mapping[str, int], name: str) -> str:
+    return f"{'<' if _bounded(counts, name) else ''}{_count(counts, name):,}"
 
 
 def judge_ratio(
