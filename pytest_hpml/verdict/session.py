@@ -12,7 +12,6 @@ import dataclasses
 import datetime
 import functools
 import subprocess
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +66,7 @@ class Verdicts:
         self.removed: list[str] = []  # benchmarks of the base revision the working tree lacks
         self.counting: Any = None  # bench.instructions.Counting, with --hpml-instructions
 
-    @cached_property
+    @functools.cached_property
     def fingerprint(self) -> fingerprint.Fingerprint:
         found = self.config.hook.pytest_hpml_fingerprint(config=self.config)
         return found.with_name(self.settings.machine) if self.settings.machine else found
@@ -261,8 +260,8 @@ class Verdicts:
         bench = item.stash.get(BENCHMARK_KEY, None)
         if bench is None or not bench.metrics:
             return None
-        mark = item.get_closest_marker("hpml_bench")
-        threshold = markers.bench_settings(mark).threshold or self.settings.threshold
+        chosen = markers.bench_settings(item.get_closest_marker("hpml_bench"))
+        threshold = chosen.threshold or self.settings.threshold
         known = len(self.errors)
         verdicts = self.judge(item.nodeid, bench.metrics, threshold)
         return {
@@ -274,7 +273,7 @@ class Verdicts:
             "notes": getattr(bench, "superseded", []),
             "work_seconds": getattr(bench, "work_seconds", 0.0),
             "instruction_seconds": getattr(bench, "instruction_seconds", 0.0),
-            "instructions": markers.bench_settings(mark).instructions,
+            "instructions": chosen.instructions,
         }
 
     def collect(self, payload: dict[str, Any]) -> None:
