@@ -276,6 +276,24 @@ def callgrind_requests() -> tuple[Callable[[], None], Callable[[], None]]:
     return toggle, dump
 
 
+def cpu_level() -> str:
+    """The widest of AVX-512 and AVX2 that the CPU reports (under valgrind: the CPU valgrind
+    presents), ``base`` if neither, whatever ``ATEN_CPU_CAPABILITY`` holds torch's kernels to.
+    torch asks cpuinfo through private functions, hence here."""
+    import torch
+
+    cpu = torch.cpu
+    for level in ("avx512", "avx2"):
+        supported = getattr(cpu, f"_is_{level}_supported", None)
+        if supported is None:
+            raise UnsupportedVersion(
+                _unsupported("torch", TORCH, f"torch.cpu._is_{level}_supported")
+            )
+        if supported():
+            return level
+    return "base"
+
+
 def dynamo_counters() -> dict[str, int] | None:
     """dynamo's graphs, graph breaks, unsupported constructs and frames so far; None while
     ``torch._dynamo`` is not loaded (nothing was compiled)."""

@@ -84,6 +84,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         self._counted = False  # whether the work was counted (or could not be)
         self.work_seconds = 0.0  # what counting it took
         self.instruction_seconds = 0.0  # what counting its instructions took, under valgrind
+        self.uncounted: dict[str, str] = {}  # instruction metric -> why it was not counted
         self._expected: dict[str | None, dict[str, float]] = {}  # variant -> bounds
         self.metrics = {}
         self.superseded = superseded(fixture, plan)
@@ -154,9 +155,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         call = _bind(function_to_benchmark, args, kwargs)
         self._claim("benchmark(...)")
         if self._callgrind is not None:
-            result = call()
-            self._count_instructions({None: call})
-            return result
+            return self._count_instructions({None: call})
         if self.disabled:  # --benchmark-disable, or xdist: timing is off
             result = call()
             if self._count_disabled or self._expected:
@@ -362,24 +361,31 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
                     self._record_work(counter, "" if variant is None else f"[{variant}]")
         self._check_expected()
 
-    def _count_instructions(self, calls: dict[str | None, Callable[[], Any]]) -> None:
+    def _count_instructions(self, calls: dict[str | None, Callable[[], Any]]) -> Any:
         """In the process under valgrind: the instructions of each callable's calls
-        (Note [Instruction counts]), ``instructions`` or ``instructions[name]``."""
-        from .instructions import TOLERANCE
+        (Note [Instruction counts]), ``instructions`` or ``instructions[name]``. Returns what
+        the last callable's first call returned."""
+        from .instructions import TOLERANCE, Uncounted
 
         self._counted = True
+        result = None
         for variant, call in calls.items():
-            counted = self._callgrind.count(call, self._plan.sync)
+            counted, result = self._callgrind.count(call, self._plan.sync)
             self.instruction_seconds += counted.seconds
-            suffix = "" if variant is None else f"[{variant}]"
-            self.metrics["instructions" + suffix] = metrics.Instructions(
+            name = "instructions" + ("" if variant is None else f"[{variant}]")
+            if isinstance(counted, Uncounted):
+                self.uncounted[name] = counted.why
+                continue
+            self.metrics[name] = metrics.Instructions(
                 "instr",
                 value=round(counted.instructions),
                 tolerance=self._settings.tolerance.get("instructions", TOLERANCE),
                 detail={"by": counted.functions},
                 calls=counted.calls,
                 counted_on=self._callgrind.key,
+                waits=counted.waits,
             ).as_dict()
+        return result
 
     def _record_work(self, counter: Any, suffix: str) -> None:
         for name, (value, detail) in counter.metrics().items():

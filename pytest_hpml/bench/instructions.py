@@ -36,11 +36,18 @@ from .metrics import Instructions
 # MAX_CALLS calls: one call of a large step, ten of a small one (Note [Instruction counts]).
 TARGET_INSTRUCTIONS = 20_000_000
 MAX_CALLS = 10
-WARMUP_CALLS = 3  # uncounted calls first: lazy initialization must not be counted
+# Uncounted calls first: lazy initialization must not be counted. After one, the counts of the
+# next calls agreed within 0.01% (Note [Instruction counts]); two for a margin.
+WARMUP_CALLS = 2
 TOP_FUNCTIONS = 40  # functions kept per benchmark to say where a change went
 # A count this much above or below its baseline is a change: between processes and beside a
 # second valgrind the counts measured here moved by under 0.1% (Note [Instruction counts]).
 TOLERANCE = 0.01
+# A call that waits for other threads or processes (OpenMP's, DataLoader workers, ranks) is not
+# counted: what this process executes then depends on timing. Waits show as voluntary context
+# switches of the calling thread, thousands in such a call under valgrind and a few at most in
+# a call that computes alone (Note [Instruction counts]).
+WAITS_ALLOWED = 10
 CONTROL_TIMEOUT = 120.0  # seconds callgrind_control may take to switch instrumentation
 REQUEST_KEY = "instructions"  # in a rerun's request: the directory callgrind writes to
 
@@ -83,10 +90,23 @@ def command(directory: Path) -> list[str]:
     ]
 
 
+# The CPU kernels counted (Note [Instruction counts]): valgrind runs AVX2 kernels hundreds of
+# times slower than their native speed (MKL's sgemm 2,200x), SSE ones about ten times.
+KERNELS = {"ATEN_CPU_CAPABILITY": "default"}
+X86_KERNELS = {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"}
+KERNELS_NAME = "sse4"  # in the key of x86-64 counts; "default" elsewhere
+
+
+def x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
 def environment() -> dict[str, str]:
     """What the counting process runs with: hashing fixed (set iteration order decides some
-    work), one thread (OpenMP threads spinning would make a count depend on timing)."""
-    return {"PYTHONHASHSEED": "0", "HPML_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    work), one thread (OpenMP threads spinning would make a count depend on timing), and
+    torch's, MKL's and oneDNN's kernels held to the instruction sets valgrind runs fast."""
+    fixed = {"PYTHONHASHSEED": "0", "HPML_THREADS": "1", "OMP_NUM_THREADS": "1", **KERNELS}
+    return {**fixed, **X86_KERNELS} if x86() else fixed
 
 
 @dataclass
@@ -97,20 +117,32 @@ class Counted:
     calls: int
     functions: dict[str, int] = field(default_factory=dict)  # the top functions, per call
     seconds: float = 0.0  # what counting took, under valgrind
+    waits: int = 0  # voluntary context switches in a warm-up call
+
+
+@dataclass
+class Uncounted:
+    """Why a benchmark's calls were not counted."""
+
+    why: str
+    seconds: float = 0.0  # what finding out took, under valgrind
 
 
 def machine_key(valgrind: str) -> str:
     """What a count depends on (Note [Instruction counts]): the architecture, the instruction
-    set that torch finds under valgrind (valgrind presents the same CPU on every host of a
-    kind), and the versions of valgrind, torch and Python. Asked in the counting process."""
+    set valgrind presents (the same CPU on every host of a kind; glibc's string functions
+    choose by it), the kernels counted (:data:`KERNELS`), and the versions of valgrind, torch
+    and Python. Asked in the counting process."""
     import torch
 
-    capability = torch.backends.cpu.get_cpu_capability()
+    from .. import _compat
+
+    kernels = KERNELS_NAME if x86() else "default"
     python = ".".join(map(str, sys.version_info[:2]))
     torch_version = torch.__version__.split("+")[0]
     return (
-        f"{platform.machine()}-{capability.lower()}-valgrind{valgrind}-torch{torch_version}"
-        f"-py{python}"
+        f"{platform.machine()}-{_compat.cpu_level()}-{kernels}-valgrind{valgrind}"
+        f"-torch{torch_version}-py{python}"
     )
 
 
@@ -127,16 +159,28 @@ class Callgrind:
         """What the counts of this process depend on (:func:`machine_key`)."""
         return machine_key(valgrind_version())
 
-    def count(self, call: Callable[[], Any], sync: Callable[[], None]) -> Counted:
+    def count(
+        self, call: Callable[[], Any], sync: Callable[[], None]
+    ) -> tuple[Counted | Uncounted, Any]:
         """Warm ``call`` up, then count the instructions of a few calls: one first, and more
-        until TARGET_INSTRUCTIONS or MAX_CALLS, each call's share of them."""
+        until TARGET_INSTRUCTIONS or MAX_CALLS, each call's share of them. Returns them (or why
+        not: a call that waits) and what the first call returned."""
         from .. import _compat
 
         start = time.perf_counter()
         requests = _compat.callgrind_requests()  # imports torch, if need be, uninstrumented
-        for _ in range(WARMUP_CALLS):
+        result = call()
+        before = voluntary_switches()
+        for _ in range(WARMUP_CALLS - 1):
             call()
         sync()
+        waits = round((voluntary_switches() - before) / (WARMUP_CALLS - 1))
+        if waits > WAITS_ALLOWED:
+            why = (
+                f"a call waits for other threads or processes ({waits:,} times): what this "
+                "process executes depends on their timing"
+            )
+            return Uncounted(why, time.perf_counter() - start), result
         enabled = gc.isenabled()
         gc.collect()
         gc.disable()  # a collection would land in whichever call crossed the threshold
@@ -152,12 +196,9 @@ class Callgrind:
         finally:
             if enabled:
                 gc.enable()
-        return Counted(
-            total / calls,
-            calls,
-            top(functions, calls),
-            seconds=time.perf_counter() - start,
-        )
+        seconds = time.perf_counter() - start
+        counted = Counted(total / calls, calls, top(functions, calls), seconds, waits)
+        return counted, result
 
     @contextlib.contextmanager
     def _instrumented(self) -> Iterator[None]:
@@ -220,6 +261,13 @@ class Callgrind:
             raise RuntimeError(f"callgrind_control -i {state} failed: {said.strip()[-200:]}")
 
 
+def voluntary_switches() -> int:
+    """How often this thread has given up the CPU to wait (Linux: ``RUSAGE_THREAD``)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+
+
 def _read(path: Path) -> tuple[int, dict[str, int]]:
     with open(path, encoding="utf-8", errors="replace") as lines:
         return parse(lines)
@@ -280,6 +328,7 @@ class Counting:
 
     counted: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # side, test
     failed: dict[str, dict[str, str]] = field(default_factory=dict)  # side -> test -> why
+    uncounted: dict[str, str] = field(default_factory=dict)  # "test metric" -> why
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0  # wall time of the processes under valgrind, start-up included
     counting: dict[str, float] = field(default_factory=dict)  # test id -> seconds counting it
@@ -342,6 +391,9 @@ def _take(
         if counted:  # a pedantic or record-only benchmark has none
             found.counted[side][result["test"]] = counted
     found.failed[side] = dict(answer.get("failed", {}))
+    for result in answer["results"]:
+        for name, why in result.get("uncounted", {}).items():
+            found.uncounted.setdefault(f"{result['test']} {name}", why)
     for result in answer["results"]:
         spent = result.get("instruction_seconds", 0.0)
         found.counting[result["test"]] = found.counting.get(result["test"], 0.0) + spent

@@ -151,6 +151,7 @@ class Instructions(Count):
     OTHERS: ClassVar[str] = "(other functions)"  # in ``detail["by"]``: those outside the top
     calls: int = 1
     counted_on: str = ""  # what the count depends on: its baseline file is named after it
+    waits: int = 0  # times a warm-up call waited for others (Note [Instruction counts])
 
 
 # The work counters of every benchmark and their units (Note [Work counters]); besides them,

@@ -111,6 +111,7 @@ def _counting(verdicts: Verdicts) -> dict[str, Any] | None:
         "seconds": round(found.seconds, 1),
         "counting_seconds": {test: round(t, 2) for test, t in found.counting.items()},
         "failed": found.failed,
+        "uncounted": found.uncounted,
         "notes": found.notes,
     }
 
@@ -210,6 +211,8 @@ def _instructions(reporter: Any, verdicts: Verdicts) -> None:
     for side, failed in found.failed.items():
         for test, why in failed.items():
             reporter.write_line(f"hpml: {side} under valgrind: {test} {why}", yellow=True)
+    for metric, why in found.uncounted.items():
+        reporter.write_line(f"hpml: not counted: {metric}: {why}", yellow=True)
     for note in found.notes:
         reporter.write_line(f"hpml: {note}", yellow=True)
 

@@ -273,6 +273,7 @@ class Verdicts:
             "notes": getattr(bench, "superseded", []),
             "work_seconds": getattr(bench, "work_seconds", 0.0),
             "instruction_seconds": getattr(bench, "instruction_seconds", 0.0),
+            "uncounted": getattr(bench, "uncounted", {}),
             "instructions": chosen.instructions,
         }
 
