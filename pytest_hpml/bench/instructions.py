@@ -37,7 +37,7 @@ from .metrics import Instructions
 TARGET_INSTRUCTIONS = 20_000_000
 MAX_CALLS = 10
 # Uncounted calls first: lazy initialization must not be counted. After one, the counts of the
-# next calls agreed within 0.01% (Note [Instruction counts]); two for a margin.
+# next calls agreed within 0.07% (Note [Instruction counts]); two for a margin.
 WARMUP_CALLS = 2
 TOP_FUNCTIONS = 40  # functions kept per benchmark to say where a change went
 # A count this much above or below its baseline is a change: between processes and beside a
@@ -169,12 +169,7 @@ class Callgrind:
 
         start = time.perf_counter()
         requests = _compat.callgrind_requests()  # imports torch, if need be, uninstrumented
-        result = call()
-        before = voluntary_switches()
-        for _ in range(WARMUP_CALLS - 1):
-            call()
-        sync()
-        waits = round((voluntary_switches() - before) / (WARMUP_CALLS - 1))
+        result, waits = _warm_up(call, sync)
         if waits > WAITS_ALLOWED:
             why = (
                 f"a call waits for other threads or processes ({waits:,} times): what this "
@@ -259,6 +254,16 @@ class Callgrind:
         said = control.stdout.read() if control.stdout else ""
         if control.returncode or "OK" not in said:
             raise RuntimeError(f"callgrind_control -i {state} failed: {said.strip()[-200:]}")
+
+
+def _warm_up(call: Callable[[], Any], sync: Callable[[], None]) -> tuple[Any, int]:
+    """WARMUP_CALLS calls: what the first returned, and how often each later one waited."""
+    result = call()
+    before = voluntary_switches()
+    for _ in range(WARMUP_CALLS - 1):
+        call()
+    sync()
+    return result, round((voluntary_switches() - before) / (WARMUP_CALLS - 1))
 
 
 def voluntary_switches() -> int:

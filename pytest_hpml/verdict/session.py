@@ -258,8 +258,8 @@ class Verdicts:
         """What travels in a passed benchmark's report: metrics, threshold, verdicts, new
         errors; None for a test that measured nothing."""
         bench = item.stash.get(BENCHMARK_KEY, None)
-        if bench is None or not bench.metrics:
-            return None
+        if bench is None or not (bench.metrics or getattr(bench, "uncounted", None)):
+            return None  # (under valgrind, what was not counted and why travels too)
         chosen = markers.bench_settings(item.get_closest_marker("hpml_bench"))
         threshold = chosen.threshold or self.settings.threshold
         known = len(self.errors)
