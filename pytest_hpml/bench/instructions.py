@@ -391,17 +391,16 @@ def _take(
         found.notes.append(f"the {side} process under valgrind counted nothing ({silence(done)})")
         return
     found.counted[side] = {}
-    for result in answer["results"]:
-        counted = {n: r for n, r in result["metrics"].items() if is_instructions(n)}
-        if counted:  # a pedantic or record-only benchmark has none
-            found.counted[side][result["test"]] = counted
     found.failed[side] = dict(answer.get("failed", {}))
     for result in answer["results"]:
+        test = result["test"]
+        counted = {n: r for n, r in result["metrics"].items() if is_instructions(n)}
+        if counted:  # a pedantic or record-only benchmark has none
+            found.counted[side][test] = counted
         for name, why in result.get("uncounted", {}).items():
-            found.uncounted.setdefault(f"{result['test']} {name}", why)
-    for result in answer["results"]:
+            found.uncounted.setdefault(f"{test} {name}", why)
         spent = result.get("instruction_seconds", 0.0)
-        found.counting[result["test"]] = found.counting.get(result["test"], 0.0) + spent
+        found.counting[test] = found.counting.get(test, 0.0) + spent
 
 
 def is_instructions(name: str) -> bool:
