@@ -55,13 +55,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
     asked = role.rerun_request()
     callgrind = bench_fixture.callgrind(asked)
-    threads = chosen.threads or (1 if chosen.against else None)  # Note [Threads]
-    threads = 1 if callgrind is not None else threads  # Note [Instruction counts]
+    # one thread under valgrind (Note [Instruction counts])
+    threads = 1 if callgrind is not None else role.measuring_threads(config)
     config.stash[bench_fixture.BENCH_SESSION_KEY] = bench_fixture.BenchSession(
         budget,
         reference,
         threads,
         thread_clock=bool(chosen.against) and threads == 1,
+        seed=chosen.seed,
         xdist_worker=role.role(config) is role.Role.XDIST_WORKER,
         callgrind=callgrind,
         counts=bench_fixture.counts(asked),

@@ -518,6 +518,34 @@ def test_processes_that_disagree_leave_the_change_inconclusive() -> None:
     assert result.verdict == stats.INCONCLUSIVE
 
 
+def test_processes_at_two_speeds_are_inconclusive_without_a_confidence() -> None:
+    """The pairs of a real harmless change measured at two threads on two busy cores (Note
+    [Split processes]): two head processes 70x faster than every other decide nothing."""
+    base = [13.5e-3, 13.2e-3, 13.6e-3, 13.4e-3, 13.5e-3]
+    head = [13.5e-3, 13.7e-3, 0.197e-3, 13.4e-3, 0.199e-3]
+    result = stats.compare_sides(head, base, threshold=0.06)
+    assert result.change == pytest.approx(0.197 / 13.2 - 1)
+    assert result.verdict == stats.INCONCLUSIVE
+    assert result.confidence is None
+    assert "the pairs of processes disagree (5 pairs: 3 within the threshold at +0.0%" in (
+        result.reason
+    )
+    assert "2 beyond it at -98.5%" in result.reason
+    rates = [[1 / v for v in side] for side in (head, base)]
+    as_rates = stats.compare_sides(*rates, threshold=0.06, higher_is_worse=False)
+    assert as_rates.verdict == stats.INCONCLUSIVE
+
+
+def test_a_change_every_pair_saw_is_no_split_however_the_processes_spread() -> None:
+    """Two base processes slower by half (a spell of the host): the middle pair still shows
+    the 20% change, which stands."""
+    base = [1.0, 1.5, 1.52, 1.01, 1.0]
+    head = [1.2, 1.21, 1.2, 1.22, 1.2]
+    result = stats.compare_sides(head, base, threshold=0.06)
+    assert result.verdict == stats.REGRESSED
+    assert "disagree" not in result.reason
+
+
 def test_with_one_steady_process_a_side_all_processes_are_judged() -> None:
     """Processes that differ more than spells explain (a pure-Python step's differed by up to
     18%): all of them are judged, so a large change is still seen and a small one is not."""
@@ -553,3 +581,59 @@ def test_a_changed_instruction_count_names_only_functions_that_surely_moved() ->
     assert verdict.verdict == "regressed"
     # new_kernel was under 100 before (outside the top); dispatch is under 400 now: may be equal
     assert verdict.reason == "new_kernel: <100 -> 400 per call"
+
+
+def counted(*values: float) -> dict[str, Any]:
+    return {"kind": "count", "unit": "B", "value": values[0], "tolerance": 0.0}
+
+
+def count_pairs(head: list[float], base: list[float]) -> list[tuple[dict, dict]]:
+    return [(counted(h), counted(b)) for h, b in zip(head, base)]
+
+
+def test_a_count_that_varies_within_a_side_passes_within_its_spread() -> None:
+    """allocated_bytes of random graph edges (Note [Torch state]): the processes of each side
+    differ by 308 B a self-loop; the sides overlap, so the difference is not the code's."""
+    pairs = count_pairs([1_652_900, 1_654_132], [1_653_824, 1_654_748])
+    result = judge_paired(pairs[0][0], pairs, threshold=0.06)
+    assert result.verdict == stats.PASS
+    assert "varies between the processes of a side (head 1,652,900 to 1,654,132 B" in (
+        result.reason
+    )
+    apart = count_pairs([2_000_000, 2_000_308], [1_653_824, 1_654_748])
+    result = judge_paired(apart[0][0], apart, threshold=0.06)
+    assert result.verdict == stats.REGRESSED
+    assert "varies between the processes of a side" in result.reason
+    steady = count_pairs([1_653_132, 1_653_132], [1_652_824, 1_652_824])
+    assert judge_paired(steady[0][0], steady, threshold=0.06).verdict == stats.REGRESSED
+
+
+def with_state(record: dict[str, Any], **state: Any) -> dict[str, Any]:
+    return {**record, "state": {"threads": 1, "grad": True, "dtype": "float32", **state}}
+
+
+def test_a_time_at_other_thread_counts_is_no_verdict_and_other_state_is_said() -> None:
+    pairs = [
+        (with_state(process(1.3, i), threads=2), with_state(process(1.0, 50 + i))) for i in range(5)
+    ]
+    result = judge_paired(pairs[0][0], pairs, threshold=0.06)
+    assert result.verdict == stats.INCONCLUSIVE
+    assert result.confidence is None
+    assert "different torch states: threads: base 1, head 2" in result.reason
+    pairs = [
+        (with_state(process(1.3, i), dtype="float64"), with_state(process(1.0, 50 + i)))
+        for i in range(5)
+    ]
+    result = judge_paired(pairs[0][0], pairs, threshold=0.06)
+    assert result.verdict == stats.REGRESSED
+    assert "dtype: base float32, head float64" in result.reason
+    pairs = [
+        (
+            with_state(process(1.0, i), threads=4, asked=1),
+            with_state(process(1.0, 50 + i), threads=4, asked=1),
+        )
+        for i in range(5)
+    ]
+    result = judge_paired(pairs[0][0], pairs, threshold=0.06)
+    assert result.verdict == stats.PASS
+    assert "measured at 4 threads on every process, not the 1 asked" in result.reason

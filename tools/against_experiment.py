@@ -8,6 +8,10 @@ work, and doing 15% more. Each comparison is one job of each tool, side by side:
 - pytest-benchmark: the base commit's benchmark saved (``--benchmark-save``), then the working
   tree's compared with ``--benchmark-compare-fail=median:10%``.
 
+``--inside`` writes the benchmark as many libraries' tests are written: torch imported inside
+the test function, a convolution of a (8, 16, 32, 32) batch (torch's intra-op threads engage
+on it), no seed.
+
 ``--hogs 2`` starts two CPU-bound processes (``python -c "while True: pass"``) for the whole
 experiment, so that they compete with the benchmarks for the machine's cores.
 
@@ -42,6 +46,30 @@ TEST = textwrap.dedent(
         benchmark(train_steps)
     """
 )
+# torch is imported by the test body, after the benchmark fixture has started.
+WORK_INSIDE = textwrap.dedent(
+    """
+    SCALE = {scale}
+
+
+    def convolutions(functional, x, w):
+        for _ in range(round(4 * SCALE)):
+            functional.conv2d(x, w, padding=1)
+    """
+)
+TEST_INSIDE = textwrap.dedent(
+    """
+    def test_case(benchmark):
+        import torch
+        import torch.nn.functional as F
+
+        from work import convolutions
+
+        x = torch.randn(8, 16, 32, 32)
+        w = torch.randn(16, 16, 3, 3)
+        benchmark(lambda: convolutions(F, x, w))
+    """
+)
 VERSIONS = {"unchanged": 1.0, "5% slower": 1.05, "15% slower": 1.15}
 
 
@@ -49,11 +77,11 @@ def git(project: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=project, check=True, capture_output=True)
 
 
-def make_project(root: Path) -> Path:
+def make_project(root: Path, work: str, test: str) -> Path:
     project = root / "project"
     project.mkdir()
-    (project / "work.py").write_text(WORK.format(scale=1.0))
-    (project / "test_work.py").write_text(TEST)
+    (project / "work.py").write_text(work.format(scale=1.0))
+    (project / "test_work.py").write_text(test)
     (project / "pytest.ini").write_text("[pytest]\n")
     git(project, "init", "-q")
     git(project, "-c", "user.name=x", "-c", "user.email=x@x", "add", "-A")
@@ -83,12 +111,12 @@ def hpml(project: Path, report: Path) -> dict[str, object]:
     }
 
 
-def benchmark(project: Path, scale: float, storage: Path) -> dict[str, object]:
+def benchmark(project: Path, work: str, scale: float, storage: Path) -> dict[str, object]:
     """pytest-benchmark's way: the base commit's code saved, then the working tree's compared."""
     plain = ("-p", "no:hpml", f"--benchmark-storage={storage}")
-    (project / "work.py").write_text(WORK.format(scale=1.0))
+    (project / "work.py").write_text(work.format(scale=1.0))
     _, first = pytest(project, *plain, "--benchmark-save=base")
-    (project / "work.py").write_text(WORK.format(scale=scale))
+    (project / "work.py").write_text(work.format(scale=scale))
     done, second = pytest(
         project, *plain, "--benchmark-compare", "--benchmark-compare-fail=median:10%"
     )
@@ -104,23 +132,27 @@ def main() -> None:
     parser.add_argument("--versions", default=",".join(VERSIONS), help="a comma list")
     parser.add_argument("--out", type=Path, help="append one JSON line per comparison here")
     parser.add_argument("--only-hpml", action="store_true", help="leave pytest-benchmark out")
+    parser.add_argument(
+        "--inside", action="store_true", help="torch imported inside the test function"
+    )
     options = parser.parse_args()
+    work, test = (WORK_INSIDE, TEST_INSIDE) if options.inside else (WORK, TEST)
     hogs = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(options.hogs)
     ]
     found: dict[str, list[tuple[dict, dict]]] = {}
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            project = make_project(Path(scratch))
+            project = make_project(Path(scratch), work, test)
             for run in range(options.runs):
                 for version in options.versions.split(","):
                     scale = VERSIONS[version]
-                    (project / "work.py").write_text(WORK.format(scale=scale))
+                    (project / "work.py").write_text(work.format(scale=scale))
                     ours = hpml(project, Path(scratch, "report.json"))
                     theirs = (
                         {"failed": False, "seconds": 0.0, "skipped": True}
                         if options.only_hpml
-                        else benchmark(project, scale, Path(scratch, "storage"))
+                        else benchmark(project, work, scale, Path(scratch, "storage"))
                     )
                     found.setdefault(version, []).append((ours, theirs))
                     line = {"run": run, "version": version, "hogs": options.hogs}

@@ -15,13 +15,17 @@ from typing import Any, Callable
 
 from .. import _compat
 from ..config.markers import BenchSettings
+from ..hardware.torch_state import observed
 from . import metrics
 from .counters import DynamoCounters, count_flops, cuda_peak_memory, model_size, tracked_peak_memory
 from .measure import Cadence, Plan, Series, _timed, measure
 
 
-def time_metric(series: Series, budget: float | None = None) -> dict[str, Any]:
-    """``budget``: the seconds of rounds this process was given (None: a fixed schedule)."""
+def time_metric(
+    series: Series, budget: float | None = None, state: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``budget``: the seconds of rounds this process was given (None: a fixed schedule);
+    ``state``: torch's, while the rounds ran (Note [Torch state])."""
     return metrics.Time(
         "s",
         budget=budget,
@@ -32,14 +36,21 @@ def time_metric(series: Series, budget: float | None = None) -> dict[str, Any]:
         warmup_calls=series.warmup_calls,
         iterations=series.iterations,
         load=series.load,
+        state=state or None,
     ).as_dict()
 
 
-def rate_metric(series: Series, amount: float, unit: str) -> dict[str, Any]:
+def rate_metric(
+    series: Series, amount: float, unit: str, state: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """``amount`` per call (samples, FLOPs) divided by each round's time."""
     samples, cpu = ([amount / s for s in times] for times in (series.samples, series.cpu_samples))
     return metrics.Rate(
-        unit, samples=samples, cpu_samples=cpu or None, reference=series.reference
+        unit,
+        samples=samples,
+        cpu_samples=cpu or None,
+        reference=series.reference,
+        state=state or None,
     ).as_dict()
 
 
@@ -61,6 +72,8 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         plan: Plan,
         settings: BenchSettings,
         *,
+        state: Any = None,
+        late: Callable[[], dict[str, Any]] | None = None,
         count_disabled: bool = False,
         counts: bool = True,
         callgrind: Any = None,
@@ -71,6 +84,9 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         _compat.share_state(self, fixture)
         self._plan = plan
         self._settings = settings
+        self._state = state  # hardware.torch_state.TorchState: threads and seed (None: none)
+        self._late = late  # the plan's torch parts, for a test that imported torch itself
+        self.state: dict[str, Any] = {}  # torch's state while the rounds ran
         # under xdist timing is off, but counts need no quiet cores (Note [Work counters])
         self._count_disabled = count_disabled
         self._counts = counts  # off: another process counts them (they are the same in all)
@@ -154,6 +170,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         """Benchmark ``function_to_benchmark(*args, **kwargs)``; returns its result."""
         call = _bind(function_to_benchmark, args, kwargs)
         self._claim("benchmark(...)")
+        self._ready()
         if self._callgrind is not None:
             return self._count_instructions({None: call})
         if self.disabled:  # --benchmark-disable, or xdist: timing is off
@@ -164,7 +181,8 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         compiled = DynamoCounters()
         series, results = measure({"time": call}, replace(self._plan, after_warmup=compiled.mark))
         self._feed(series["time"])
-        self.metrics["time"] = time_metric(series["time"], self._plan.budget)
+        self.state = self._observe()
+        self.metrics["time"] = time_metric(series["time"], self._plan.budget, self.state)
         self._count_work({None: call})  # before _describe, which takes its peak memory
         self._describe(call, series["time"])
         for name, value in compiled.metrics().items():
@@ -199,6 +217,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         if baseline not in targets:
             raise ValueError(f"baseline {baseline!r} is not one of {', '.join(targets)}")
         self._claim("variants(...)")
+        self._ready()
         if self._callgrind is not None:
             self._count_instructions(dict(targets))
             return {name: Series(name) for name in targets}
@@ -213,14 +232,16 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         compiled = DynamoCounters()
         series, _ = measure(targets, replace(self._plan, after_warmup=compiled.mark))
         self._feed(series[baseline])
-        base = series[baseline]
+        base, state = series[baseline], self._observe()
+        self.state = state
         for name, s in series.items():
-            self.metrics[f"time[{name}]"] = time_metric(s, self._plan.budget)
+            self.metrics[f"time[{name}]"] = time_metric(s, self._plan.budget, state)
             if self._batch_size:
-                self.metrics[f"throughput[{name}]"] = rate_metric(s, self._batch_size, "samples/s")
+                rate = rate_metric(s, self._batch_size, "samples/s", state)
+                self.metrics[f"throughput[{name}]"] = rate
             if name != baseline:
                 ratios = [b / c for b, c in zip(base.samples, s.samples)]
-                ratio = metrics.Ratio("x", samples=ratios, tolerance=tolerance)
+                ratio = metrics.Ratio("x", samples=ratios, tolerance=tolerance, state=state or None)
                 self.metrics[f"speedup[{name}/{baseline}]"] = ratio.as_dict()
         for name, value in compiled.metrics().items():  # of all the variants together
             self.record(name, value)
@@ -241,6 +262,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         """pytest-benchmark's pedantic mode, its schedule kept as given; rounds end with the
         device synchronized and, where a setup is allowed (iterations == 1), start after the
         reference workload."""
+        self._ready()
         if self.disabled:
             return super().pedantic(
                 target, args, kwargs, setup, teardown, rounds, warmup_rounds, iterations
@@ -285,7 +307,8 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         series.references_timed = counted.references_timed
         series.reference_seconds = counted.reference_seconds
         series.warmup_calls = warmup_rounds * iterations
-        self.metrics["time"] = time_metric(series)
+        self.state = self._observe()
+        self.metrics["time"] = time_metric(series, state=self.state)
         self._describe(None, series)
         return result
 
@@ -298,6 +321,26 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
             raise AssertionError(
                 "benchmark.expect(...) was given, but nothing was benchmarked to check it on"
             )
+
+    def _ready(self) -> None:
+        """Before the first call: the plan's torch parts where the test imported torch after
+        the fixture started, and the generators seeded, so that every process (both sides of
+        ``--hpml-against`` too) draws the same random numbers (Note [Torch state])."""
+        if self._late is not None and "torch" in sys.modules:
+            self._plan = replace(self._plan, **self._late())
+            self._late = None
+        self._reseed()
+
+    def _observe(self) -> dict[str, Any]:
+        """torch's state after the rounds, which the calls ran in, and the thread count this
+        run asked for (Note [Torch state])."""
+        asked = None if self._state is None else self._state.threads
+        found = observed()
+        return {**found, "asked": asked} if found and asked is not None else found
+
+    def _reseed(self) -> None:
+        if self._state is not None:
+            self._state.reseed()
 
     def _claim(self, mode: str) -> None:
         """pytest-benchmark's rule: one measurement per test."""
@@ -327,7 +370,9 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
     def _describe(self, call: Callable[[], Any] | None, series: Series) -> None:
         """Metrics besides time: throughput, parameters, FLOPs, FLOP/s and peak memory."""
         if self._batch_size:
-            self.metrics["throughput"] = rate_metric(series, self._batch_size, "samples/s")
+            self.metrics["throughput"] = rate_metric(
+                series, self._batch_size, "samples/s", self.state
+            )
         if self._model is not None:
             params, size = model_size(self._model)
             self.record("params", params)
@@ -336,7 +381,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
             flops = count_flops(call)
             if flops:
                 self.record("flops", flops, unit="FLOP")
-                self.metrics["flop_rate"] = rate_metric(series, flops, "FLOP/s")
+                self.metrics["flop_rate"] = rate_metric(series, flops, "FLOP/s", self.state)
             if self._counts:
                 self._record_memory(call)
 
@@ -351,6 +396,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
             from .work import count_work
 
             for variant, call in calls.items():
+                self._reseed()  # the same draws in every process (Note [Torch state])
                 start = time.perf_counter()
                 counter = count_work(call)
                 self.work_seconds += time.perf_counter() - start
@@ -370,6 +416,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         self._counted = True
         result = None
         for variant, call in calls.items():
+            self._reseed()
             counted, result = self._callgrind.count(call, self._plan.sync)
             self.instruction_seconds += counted.seconds
             name = "instructions" + ("" if variant is None else f"[{variant}]")

@@ -11,7 +11,7 @@ first asks for ``benchmark``.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import sys
 import time
 from collections.abc import Iterator
@@ -29,6 +29,7 @@ class BenchSession(NamedTuple):
     budget: Callable[[str], float]  # seconds of rounds for a test id, in this process
     reference: Callable[[Any, Callable[[], None]], Any]  # (device, sync) -> reference workload
     threads: int | None = None  # torch's intra-op threads while measuring; None: leave them
+    seed: int = 0  # random, numpy and torch seeded with it before each measurement
     thread_clock: bool = False  # time samples on the thread's CPU clock too (Note [Thread clock])
     xdist_worker: bool = False  # timing is off here, but the work is counted (Note [Work counters])
     # in the process under valgrind: counts instructions instead of timing (instructions.Callgrind)
@@ -48,41 +49,60 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     """pytest-benchmark's ``benchmark``, measured by pytest-hpml and judged against baselines.
 
     See :class:`~pytest_hpml.bench.benchmark.HpmlBenchmark`. Rounds end with the test's device
-    synchronized; with torch loaded, each round is preceded by the reference workload.
+    synchronized; with torch loaded, each round is preceded by the reference workload. torch's
+    thread count and seed are set however the test imports torch (Note [Torch state]).
     """
+    from ..hardware.torch_state import TorchState
     from .benchmark import HpmlBenchmark
-    from .measure import Plan, synchronizer
+    from .measure import Plan
 
     _compat.check_pytest_benchmark()
     given = request.config.stash[BENCH_SESSION_KEY]
     device = request.getfixturevalue("device") if "device" in request.fixturenames else None
-    sync = synchronizer(device)
-    settings = markers.bench_settings(request.node.get_closest_marker("hpml_bench"))
-    plan = Plan(
-        budget=given.budget(request.node.nodeid),
-        min_rounds=_compat.min_rounds(benchmark),
-        round_time=_round_time(benchmark, device),
-        calibrate=_calibration(benchmark, device),
-        disable_gc=_compat.disable_gc(benchmark),
-        timer=_compat.timer(benchmark),
-        cpu_clock=time.thread_time if given.thread_clock and _on_host(device) else None,
-        sync=sync,
-        device=device,
-        # A pure-Python benchmark need not pay for importing torch.
-        reference=given.reference(device, sync) if "torch" in sys.modules else None,
-    )
-    value = HpmlBenchmark.adopt(
-        benchmark,
-        plan,
-        settings,
-        count_disabled=given.xdist_worker,
-        counts=given.counts,
-        callgrind=given.callgrind if settings.instructions else None,
-    )
-    request.node.stash[BENCHMARK_KEY] = value
-    with torch_threads(given.threads):
+    state = TorchState(given.threads, given.seed)
+    state.start()
+    try:
+        settings = markers.bench_settings(request.node.get_closest_marker("hpml_bench"))
+        plan = Plan(
+            budget=given.budget(request.node.nodeid),
+            min_rounds=_compat.min_rounds(benchmark),
+            round_time=_round_time(benchmark, device),
+            calibrate=_calibration(benchmark, device),
+            disable_gc=_compat.disable_gc(benchmark),
+            timer=_compat.timer(benchmark),
+            device=device,
+            **torch_parts(given, device),
+        )
+        value = HpmlBenchmark.adopt(
+            benchmark,
+            plan,
+            settings,
+            state=state,
+            # a test that imports torch itself: its parts are made at the first measurement
+            late=None if "torch" in sys.modules else functools.partial(torch_parts, given, device),
+            count_disabled=given.xdist_worker,
+            counts=given.counts,
+            callgrind=given.callgrind if settings.instructions else None,
+        )
+        request.node.stash[BENCHMARK_KEY] = value
         yield value
         value.settle()  # before pytest-benchmark's own teardown, which this fixture depends on
+    finally:
+        state.stop()
+
+
+def torch_parts(given: BenchSession, device: Any) -> dict[str, Any]:
+    """The parts of a plan that depend on torch being loaded: the device's synchronization,
+    the reference workload and the thread clock (a pure-Python benchmark need not pay for
+    importing torch)."""
+    from .measure import synchronizer
+
+    sync = synchronizer(device)
+    return {
+        "sync": sync,
+        "reference": given.reference(device, sync) if "torch" in sys.modules else None,
+        "cpu_clock": time.thread_time if given.thread_clock and _on_host(device) else None,
+    }
 
 
 def callgrind(request: dict[str, Any] | None) -> Any:
@@ -104,22 +124,6 @@ def counts(request: dict[str, Any] | None) -> bool:
     from .reruns import COUNTS_KEY
 
     return bool(request.get(COUNTS_KEY, True)) and not request.get(REQUEST_KEY)
-
-
-@contextlib.contextmanager
-def torch_threads(count: int | None) -> Iterator[None]:
-    """torch's intra-op thread count (process-wide) set to ``count`` inside, restored after;
-    nothing where ``count`` is None or torch is not loaded (Note [Threads])."""
-    torch = sys.modules.get("torch")
-    if count is None or torch is None:  # a pure-Python benchmark has no threads to set
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _round_time(benchmark: Any, device: Any) -> float:

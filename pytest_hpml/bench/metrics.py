@@ -110,6 +110,8 @@ class Sampled(Metric):
     cpu_samples: list[float] | None = None
     reference: list[float] = field(default_factory=list)  # reference time before each round
     load: float | None = None  # 1-minute load average per usable core, at the rounds' end
+    # torch's thread count, grad mode, default dtype... while measured (Note [Torch state])
+    state: dict[str, Any] | None = None
 
 
 @dataclass

@@ -32,13 +32,14 @@ from typing import Any, Callable
 import pytest
 
 from ..config.invocation import child_args, keep_only
-from ..config.role import RERUN_ENV, die_with_parent
+from ..config.role import RERUN_ENV, die_with_parent, measuring_threads
 from .metrics import is_sampled
 
 # In a rerun's request: whether it records the work counters and peak memory too. They are the
 # same in every process, so the processes that only add samples leave them out.
 COUNTS_KEY = "counts"
-RUN_KEYS = ("samples", "reference", "budget", "load")  # what one process's run of a metric keeps
+# what one process's run of a metric keeps
+RUN_KEYS = ("samples", "reference", "budget", "load", "state")
 STOP_GRACE = 5.0  # seconds an interrupted process gets to end before it is killed
 
 
@@ -113,11 +114,20 @@ def ask(
         done = _run(
             [*wrapper, python, "-m", "pytest", *(child_args(config) if args is None else args)],
             cwd=cwd or config.invocation_params.dir,
-            env={**os.environ, **(env or {}), RERUN_ENV: name},
+            env={**os.environ, **_threads(config), **(env or {}), RERUN_ENV: name},
         )
         return done, _answer(Path(name))
     finally:
         Path(name).unlink(missing_ok=True)
+
+
+def _threads(config: pytest.Config) -> dict[str, str]:
+    """The thread count a process measures at, set before its interpreter starts, so that
+    torch runs at it from its first operator, however the tests import torch (Note [Torch
+    state])."""
+    from ..hardware.torch_state import thread_environment
+
+    return thread_environment(measuring_threads(config))
 
 
 def _run(command: list[str], **popen: Any) -> subprocess.CompletedProcess[str]:

@@ -32,6 +32,9 @@ from . import reruns
 BASE, HEAD = "base", "head"
 GIT_TIMEOUT = 300.0  # seconds a git command may take (a worktree of a large repository)
 CHECK_TIMEOUT = 300.0  # seconds the base interpreter may take to import torch and the plugin
+# Pairs that count the work (the others only time): two processes a side show a count that
+# varies with the input (Note [Torch state]).
+COUNTED_PAIRS = 2
 
 
 @dataclass(frozen=True)
@@ -139,8 +142,9 @@ class Against:
         for index in range(pairs):
             order = (self.base, self.head) if index % 2 == 0 else (self.head, self.base)
             pair: dict[str, dict[str, dict[str, Any]]] = {}
-            # the counts are the same in every process: the first complete pair records them
-            counts = not any(p.get(BASE) and p.get(HEAD) for p in found.measured)
+            # the first complete pairs record the counts: two a side show whether they vary
+            complete = sum(bool(p.get(BASE) and p.get(HEAD)) for p in found.measured)
+            counts = complete < COUNTED_PAIRS
             try:
                 for side in order:
                     pair[side.name] = self._one(found, side, tests, bench_time, counts)

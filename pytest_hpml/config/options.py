@@ -429,9 +429,10 @@ OPTIONS: tuple[Option, ...] = (
         "threads",
         "threads",
         "torch's intra-op CPU threads while a benchmark measures (torch.set_num_threads, set "
-        "before the test and restored after; a test that sets its own wins): auto is 1 with "
-        "--hpml-against, as torch.utils.benchmark.Timer does, and torch's default otherwise "
-        "(stored baselines were recorded with it)",
+        "before the test or when the test imports torch, and in the environment of the "
+        "processes that measure; restored after the test; a test that sets its own wins): "
+        "auto is 1 with --hpml-against, as torch.utils.benchmark.Timer does, and torch's "
+        "default otherwise (stored baselines were recorded with it)",
         parse_threads,
         "auto",
         "N",

@@ -182,3 +182,10 @@ def duty(config: pytest.Config) -> Duty:
     if DUTY_KEY not in config.stash:
         config.stash[DUTY_KEY] = duty_of(settings(config), config)
     return config.stash[DUTY_KEY]
+
+
+def measuring_threads(config: pytest.Config) -> int | None:
+    """torch's intra-op thread count while benchmarks measure, in every process of the run:
+    ``--hpml-threads``, else 1 with ``--hpml-against`` (Note [Threads]); None leaves torch's."""
+    chosen = settings(config)
+    return chosen.threads or (1 if chosen.against else None)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..bench import metrics
+from ..hardware import torch_state
 from . import stats
 
 
@@ -238,12 +239,13 @@ def judge_ratio(
     if not any(r.get("samples") for r in stored):
         return stats.Comparison(stats.NO_BASELINE, current=_median(pooled(current)))
     samples = Judged([r["samples"] for r in current], [r["samples"] for r in stored])
-    return stats.compare_samples(
+    result = stats.compare_samples(
         *samples.pooled(),
         threshold=record.get("tolerance") or threshold,
         higher_is_worse=metrics.higher_is_worse(record),
         processes=samples.process_medians(),
     )
+    return with_states(result, {"baseline": stored, "this run": current})
 
 
 def judge_samples(
@@ -269,14 +271,54 @@ def judge_samples(
         if all(r.get("reference") for r in [*current, *stored]):
             units = _units_change(current, stored, metrics.per_second(record))
             result = _both_show(result, units, ("raw", "in reference units"), threshold)
-        return _with_reason(result, _busy_reason(current, stored))
+        result = _with_reason(result, _busy_reason(current, stored))
+        return with_states(result, {"baseline": stored, "this run": current})
     raw_change = None if raw_current is None or raw_base <= 0 else raw_current / raw_base - 1
     result = dataclasses.replace(
         result, baseline=raw_base, current=raw_current, raw_change=raw_change
     )
     if raw_change is not None:
         result = _both_show(result, raw_change, ("in reference units", "raw"), threshold)
-    return _with_reason(result, _busy_reason(current, stored))
+    result = _with_reason(result, _busy_reason(current, stored))
+    return with_states(result, {"baseline": stored, "this run": current})
+
+
+def with_states(
+    result: stats.Comparison, sides: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> stats.Comparison:
+    """A time judged on processes (``sides``: name -> process runs) that measured in different
+    torch states says so; at different thread counts it is no verdict on the code (Note
+    [Torch state])."""
+    states = {name: [r.get("state") or {} for r in side] for name, side in sides.items()}
+    found = torch_state.differences(states)
+    if not found:
+        return _with_reason(result, _not_asked([s for side in states.values() for s in side]))
+    said = "the processes measured in different torch states: " + "; ".join(found)
+    if not any(d.startswith("threads:") for d in found) or result.verdict in (
+        stats.NO_BASELINE,
+        stats.INCONCLUSIVE,
+    ):
+        return _with_reason(result, said)
+    said += " (a time at another thread count measures another thing: set --hpml-threads)"
+    return dataclasses.replace(
+        result, verdict=stats.INCONCLUSIVE, confidence=None, reason=_joined(result.reason, said)
+    )
+
+
+def _not_asked(states: Sequence[Mapping[str, Any]]) -> str:
+    """What to say where every process measured at one thread count, but not the one asked."""
+    threads = {s["threads"] for s in states if "threads" in s}
+    asked = {s["asked"] for s in states if "asked" in s}
+    if len(threads) != 1 or len(asked) != 1 or threads == asked:
+        return ""
+    return (
+        f"measured at {threads.pop()} threads on every process, not the {asked.pop()} asked: "
+        "the test sets its own count"
+    )
+
+
+def _joined(*reasons: str | None) -> str:
+    return "; ".join(r for r in reasons if r)
 
 
 def _with_reason(result: stats.Comparison, reason: str) -> stats.Comparison:

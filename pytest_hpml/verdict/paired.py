@@ -18,7 +18,7 @@ from typing import Any
 
 from ..bench import metrics
 from . import stats
-from .judge import busy, judge_count
+from .judge import busy, judge_count, with_states
 
 
 def judge_paired(
@@ -40,7 +40,7 @@ def judge_paired(
             {"value": _middle([p[i]["value"] for p in pairs]), "detail": pairs[0][i].get("detail")}
             for i in (0, 1)
         )
-        return judge_count({**record, **head}, base, threshold)
+        return varying(judge_count({**record, **head}, base, threshold), record, pairs)
     usable = [(h, b) for h, b in pairs if h.get("samples") and b.get("samples")]
     if len(usable) < 2:
         reason = f"{len(usable)} complete pair(s) of processes: at least 2 are needed"
@@ -75,7 +75,34 @@ def judge_paired(
     why = busy([*head, *base])
     notes = [shown.reason, THREAD_CLOCK if clock == "cpu_samples" else ""]
     notes.append(f"measured on a busy machine: {why}" if why else "")
-    return dataclasses.replace(shown, reason="; ".join(r for r in notes if r))
+    shown = dataclasses.replace(shown, reason="; ".join(r for r in notes if r))
+    return with_states(shown, {"base": base, "head": head})
+
+
+def varying(
+    result: stats.Comparison,
+    record: Mapping[str, Any],
+    pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]],
+) -> stats.Comparison:
+    """A count that differed between the processes of one side depends on the input, not the
+    code alone: a difference between the sides within that spread passes (Note [Torch
+    state])."""
+    sides = [[p[i]["value"] for p in pairs] for i in (0, 1)]
+    if all(len(set(values)) == 1 for values in sides):
+        return result
+    unit = f" {record['unit']}" if record.get("unit") else ""
+    spread = "; ".join(
+        f"{name} {_whole(min(values))} to {_whole(max(values))}{unit}"
+        for name, values in zip(("head", "base"), sides)
+    )
+    reason = (
+        f"varies between the processes of a side ({spread}): it depends on the input, e.g. "
+        "random data that no seed fixes"
+    )
+    overlap = max(map(min, sides)) <= min(map(max, sides))
+    if overlap and result.verdict in (stats.REGRESSED, stats.IMPROVED):
+        return dataclasses.replace(result, verdict=stats.PASS, reason=reason)
+    return dataclasses.replace(result, reason="; ".join(r for r in (result.reason, reason) if r))
 
 
 # A process's work ran on its measuring thread when, in its least disturbed sample, that
@@ -93,6 +120,11 @@ def _thread_bound(record: Mapping[str, Any]) -> bool:
     if metrics.per_second(record):  # a rate: work per second, on each clock
         wall, cpu = cpu, wall
     return max((c / w for w, c in zip(wall, cpu) if w > 0), default=0.0) >= THREAD_SHARE
+
+
+def _whole(value: float) -> str:
+    """A count in full (1,652,900), another value to 4 digits."""
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.4g}"
 
 
 def _middle(values: list[float]) -> float:

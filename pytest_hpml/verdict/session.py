@@ -29,7 +29,7 @@ from .judge import busy, runs
 
 MAX_STORED_SAMPLES = 400
 EARLIER_RUNS = 6  # process runs kept besides the latest run's by --hpml-baseline=append
-RUN_FIELDS = ("samples", "reference", "budget", "load", "recorded", "commit")
+RUN_FIELDS = ("samples", "reference", "budget", "load", "state", "recorded", "commit")
 
 
 # The host's slow spells measured on the 2-core VMs lasted up to a second, so a process of the

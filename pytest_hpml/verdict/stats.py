@@ -277,12 +277,41 @@ def compare_sides(
     p_worse = p_slower if slower else 1 - p_slower
     confidence, verdict = 1 - min(p_slower, 1 - p_slower), PASS
     if abs(change) > threshold:
-        if p_worse < alpha:
+        split = _split(costs, change, threshold, higher_is_worse)
+        if split:  # the best processes say one thing, most pairs another
+            verdict, confidence = INCONCLUSIVE, None
+            reason += f"; {split}"
+        elif p_worse < alpha:
             verdict, confidence = (REGRESSED if slower else IMPROVED), 1 - p_worse
         else:
             verdict = INCONCLUSIVE
             reason += "; change above the threshold but the processes disagree"
     return Comparison(verdict, None, None, change, confidence, threshold, reason)
+
+
+def _split(costs: list[list[float]], change: float, threshold: float, higher_is_worse: bool) -> str:
+    """Why the change of the sides' best processes is not the change most pairs of processes
+    saw, or "" where they agree (Note [Split processes]). ``costs``: head's and base's value of
+    each process, lower is better, in the order of the pairs; ``change`` as the metric goes
+    (a rate's, higher is better)."""
+    changes = [h / b - 1 if higher_is_worse else b / h - 1 for h, b in zip(*costs)]
+    if len(changes) < 2:
+        return ""
+    middle = median(changes)
+    if abs(math.log((1 + change) / (1 + middle))) <= threshold:  # the same change, within it
+        return ""
+    within = [c for c in changes if abs(c) <= threshold]
+    beyond = [c for c in changes if abs(c) > threshold]
+    groups = ", ".join(
+        f"{len(group)} {label} {median(group):+.1%}"
+        for group, label in ((within, "within the threshold at"), (beyond, "beyond it at"))
+        if group
+    )
+    return (
+        f"the pairs of processes disagree ({len(changes)} pairs: {groups}; the middle pair "
+        f"{middle:+.1%}): the processes measured at different speeds; look for "
+        "a thread count, a path chosen per process or a busy machine"
+    )
 
 
 def _welch(head: list[float], base: list[float]) -> tuple[float, float, float]:

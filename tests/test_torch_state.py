@@ -1,0 +1,163 @@
+"""Measured as the user wrote it (Note [Torch state], Note [Split processes]): the thread count
+and the seed apply however the test imports torch, in every process that measures; a count
+that depends on random data is the same in every process once seeded; and a verdict whose
+processes measured at two speeds says so instead of trusting the lucky ones.
+
+The inner projects are real git repositories measured head against base in real processes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.conftest import BENCH_TIME
+from tests.test_against import git
+
+if TYPE_CHECKING:
+    from tests.conftest import Project
+
+pytestmark = pytest.mark.skipif(
+    subprocess.run(["git", "--version"], capture_output=True).returncode != 0,
+    reason="needs git",
+)
+
+# torch imported by the test body, after the benchmark fixture started, as many libraries'
+# tests do; each call notes its process and the thread count it ran with.
+IMPORTS_INSIDE = """
+import os
+
+
+def test_case(benchmark):
+    import torch
+
+    x = torch.randn(64, 64)
+
+    def call():
+        with open(os.environ["PROBE_FILE"], "a") as out:
+            out.write(f"{os.getpid()} {torch.get_num_threads()}\\n")
+        return x @ x
+
+    benchmark(call)
+"""
+
+
+def committed(project: Project, **files: str) -> Project:
+    project.pytester.makepyfile(**files)
+    git(project.path, "init", "-q")
+    git(project.path, "add", "-A")
+    git(project.path, "commit", "-qm", "base")
+    return project
+
+
+def probed(path: Path) -> dict[str, set[int]]:
+    """The thread counts each process's calls ran with, by process id."""
+    found: dict[str, set[int]] = {}
+    for line in path.read_text().splitlines():
+        pid, threads = line.split()
+        found.setdefault(pid, set()).add(int(threads))
+    return found
+
+
+@pytest.fixture
+def probe(project: Project, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The probe's file; torch's default thread count 2 wherever nothing sets one."""
+    path = project.path / "threads.txt"
+    monkeypatch.setenv("PROBE_FILE", str(path))
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    return path
+
+
+def test_against_measures_at_one_thread_where_the_test_imports_torch(
+    project: Project, probe: Path
+) -> None:
+    committed(project, test_inner=IMPORTS_INSIDE)
+    result = project.run_subprocess("--hpml-against=HEAD", "--hpml-pairs=2", BENCH_TIME)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    found = probed(probe)
+    assert len(found) >= 5  # the run's own process and both sides of two pairs
+    assert all(threads == {1} for threads in found.values()), found
+
+
+def test_stored_baselines_measure_at_the_asked_threads_where_the_test_imports_torch(
+    project: Project, probe: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HPML_RECORD_PROCESSES", "2")  # a fresh process records too
+    project.write_tests(IMPORTS_INSIDE)
+    result = project.run_subprocess("--hpml-threads=1", "--hpml-baseline=update", BENCH_TIME)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    found = probed(probe)
+    assert len(found) >= 2
+    assert all(threads == {1} for threads in found.values()), found
+    (record,) = project.stored("machine").values()
+    states = [record["time"].get("state"), *(r.get("state") for r in record["time"]["processes"])]
+    assert [s["threads"] for s in states] == [1] * len(states), states
+
+
+# Random data drawn in every call, unseeded: unique values, and with them the bytes allocated,
+# differ from one draw to the next.
+UNSEEDED = """
+def test_unique(benchmark):
+    import torch
+
+    benchmark(lambda: torch.unique(torch.randint(0, 1000, (1000,))))
+"""
+
+
+def test_counts_of_random_data_are_the_same_in_every_process(project: Project) -> None:
+    committed(project, test_inner=UNSEEDED)
+    report = project.path / "r.json"
+    result = project.run_subprocess(
+        "--hpml-against=HEAD", "--hpml-pairs=3", BENCH_TIME, f"--hpml-report={report}"
+    )
+    verdicts = json.loads(report.read_text())["results"][0]["verdicts"]
+    counted = {name: v for name, v in verdicts.items() if name != "time"}
+    assert counted["allocated_bytes"]["verdict"] == "pass", counted["allocated_bytes"]
+    assert {v["verdict"] for v in counted.values()} == {"pass"}, counted
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+
+
+# The base side's processes all take the slow path; two of the working tree's five take a
+# path four times faster, chosen per process (by a counter), as a thread count or a busy
+# machine makes some processes fast and others slow. The code is the same on both sides.
+SPLIT = """
+import os
+from pathlib import Path
+
+SIDE = "base" if "pytest-hpml-base-" in __file__ else "head"
+COUNTER = Path(os.environ["SPLIT_DIR"], SIDE)
+STARTED = int(COUNTER.read_text()) if COUNTER.exists() else 0
+COUNTER.write_text(str(STARTED + 1))
+# the run's own process is head's 0th; the pairs' head processes are 1 to 5
+FAST = SIDE == "head" and STARTED in (2, 4)
+
+
+def work():
+    return sum(range(20_000 if FAST else 80_000))
+
+
+def test_split(benchmark):
+    benchmark(work)
+"""
+
+
+def test_processes_at_two_speeds_give_no_verdict(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counters = project.path.parent / "counters"
+    counters.mkdir()
+    monkeypatch.setenv("SPLIT_DIR", str(counters))
+    committed(project, test_inner=SPLIT)
+    report = project.path / "r.json"
+    result = project.run("--hpml-against=HEAD", BENCH_TIME, f"--hpml-report={report}")
+    assert (counters / "head").read_text() == "6"  # the measuring processes ran as planned
+    (verdict,) = (r["verdicts"]["time"] for r in json.loads(report.read_text())["results"])
+    assert sorted(verdict["sides"]["head"])[1] < 0.5 * min(verdict["sides"]["base"]), verdict
+    assert verdict["verdict"] == "inconclusive", verdict
+    assert verdict["confidence"] is None
+    assert "the pairs of processes disagree (5 pairs: " in verdict["reason"], verdict["reason"]
+    assert result.ret == pytest.ExitCode.OK
