@@ -47,3 +47,14 @@ def pytest_hpml_judge_metric(
     :class:`~pytest_hpml.verdict.stats.Comparison`, or None to leave it to the next
     implementation. ``record`` and ``baseline`` are metric records in their plain-dict form
     (:mod:`pytest_hpml.bench.metrics`); ``threshold`` is the one in force for the test."""
+
+
+@hookspec(firstresult=True)
+def pytest_hpml_peak_flops(config: pytest.Config, device: Any, precision: str) -> Any:
+    """The dense peak FLOP/s of ``device`` (a ``torch.device``) in ``precision`` (``fp32``,
+    ``tf32``, ``bf16``, ``fp16``, ``fp8``; another dtype's name, such as ``fp64``, where the
+    step's FLOPs were mostly in it), which a benchmark's ``mfu`` metric divides its FLOP/s by;
+    or None to leave it to the next implementation. The default reads pytest-hpml's table of
+    GPUs (:mod:`pytest_hpml.hardware.peaks`) and knows no CPU (Note [MFU] in docs/notes.md).
+    ``--hpml-peak-flops``, where given, is used instead of asking. Called only once torch is
+    imported, after a benchmark has run on ``device``."""

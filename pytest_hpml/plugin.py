@@ -53,6 +53,15 @@ def pytest_configure(config: pytest.Config) -> None:
     def reference(device: Any, sync: Any) -> Any:
         return config.hook.pytest_hpml_reference_workload(config=config, device=device, sync=sync)
 
+    def peak(device: Any, precision: str) -> Any:
+        if chosen.peak_flops is not None:  # the run's own figure: no hook is asked
+            return chosen.peak_flops
+        return config.hook.pytest_hpml_peak_flops(config=config, device=device, precision=precision)
+
+    def peak_beyond_table() -> bool:  # besides pytest-hpml's own implementation (the table)
+        implementations = config.hook.pytest_hpml_peak_flops.get_hookimpls()
+        return chosen.peak_flops is not None or len(implementations) > 1
+
     asked = role.rerun_request()
     callgrind = bench_fixture.callgrind(asked)
     # one thread under valgrind (Note [Instruction counts])
@@ -66,6 +75,7 @@ def pytest_configure(config: pytest.Config) -> None:
         xdist_worker=role.role(config) is role.Role.XDIST_WORKER,
         callgrind=callgrind,
         counts=bench_fixture.counts(asked),
+        peaks=bench_fixture.Peaks(peak, peak_beyond_table),
     )
     if asked is not None:  # a process started to measure benchmarks again
         from .bench.reruns import Rerun
@@ -211,6 +221,14 @@ def pytest_hpml_fingerprint(config: pytest.Config) -> Any:
     from .hardware.devices import hardware
 
     return fingerprint.current(hardware(config))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_hpml_peak_flops(config: pytest.Config, device: Any, precision: str) -> Any:
+    """The default peak: pytest-hpml's table of GPUs; None for the CPU or a GPU it lacks."""
+    from .hardware.peaks import device_peak
+
+    return device_peak(device, precision)
 
 
 @pytest.hookimpl(trylast=True)

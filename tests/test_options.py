@@ -143,3 +143,24 @@ def test_the_readme_tables_list_every_option_as_pytest_help_does() -> None:
         assert (env, ini) == (f"`{opt.env}`", f"`{opt.ini}`"), opt.cli
         if opt.default and not opt.flag:
             assert default == f"`{opt.default}`", opt.cli
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("fast", "expected a peak in FLOP/s such as 989e12, got 'fast'"),
+        ("0", "expected a positive peak in FLOP/s, got '0'"),
+        ("-1e12", "expected a positive peak in FLOP/s, got '-1e12'"),
+        ("inf", "expected a positive peak in FLOP/s, got 'inf'"),
+        ("989", "less than a megaFLOP/s: write 989e12 for 989 TFLOP/s"),
+    ],
+)
+def test_a_bad_peak_is_a_usage_error(project: Project, value: str, message: str) -> None:
+    result = project.run(f"--hpml-peak-flops={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+    project.monkeypatch.setenv("HPML_PEAK_FLOPS", value)
+    result = project.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"HPML_PEAK_FLOPS={value}: " in result.stderr.str()
+    assert message in result.stderr.str()

@@ -77,6 +77,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         count_disabled: bool = False,
         counts: bool = True,
         callgrind: Any = None,
+        peaks: Any = None,
     ) -> HpmlBenchmark:
         """Take over pytest-benchmark's fixture object, sharing its state (pytest-benchmark
         still finds a ``BenchmarkFixture`` whose stats and flags are the ones it made)."""
@@ -91,6 +92,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         self._count_disabled = count_disabled
         self._counts = counts  # off: another process counts them (they are the same in all)
         self._callgrind = callgrind  # under valgrind: instructions counted, nothing timed
+        self._peaks = peaks  # fixture.Peaks: how the device's peak is found, for mfu
         if callgrind is not None:  # as with --benchmark-disable: pedantic runs once, cite() no-op
             self.disabled = True
         self._batch_size = settings.batch_size
@@ -101,6 +103,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         self.work_seconds = 0.0  # what counting it took
         self.instruction_seconds = 0.0  # what counting its instructions took, under valgrind
         self.uncounted: dict[str, str] = {}  # instruction metric -> why it was not counted
+        self.no_peak: str | None = None  # why a step with FLOPs has no mfu (Note [MFU])
         self._expected: dict[str | None, dict[str, float]] = {}  # variant -> bounds
         self.metrics = {}
         self.superseded = superseded(fixture, plan)
@@ -246,6 +249,8 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         for name, value in compiled.metrics().items():  # of all the variants together
             self.record(name, value)
         self._count_work(dict(targets))
+        for name, fn in targets.items():
+            self._record_mfu(name, fn, series[name])
         return series
 
     def pedantic(
@@ -368,7 +373,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
             _compat.log(self, line)
 
     def _describe(self, call: Callable[[], Any] | None, series: Series) -> None:
-        """Metrics besides time: throughput, parameters, FLOPs, FLOP/s and peak memory."""
+        """Metrics besides time: throughput, parameters, FLOPs, FLOP/s, MFU and peak memory."""
         if self._batch_size:
             self.metrics["throughput"] = rate_metric(
                 series, self._batch_size, "samples/s", self.state
@@ -384,6 +389,37 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
                 self.metrics["flop_rate"] = rate_metric(series, flops, "FLOP/s", self.state)
             if self._counts:
                 self._record_memory(call)
+        if call is not None:
+            self._record_mfu(None, call, series)
+
+    def _record_mfu(self, variant: str | None, call: Callable[[], Any], series: Series) -> None:
+        """``mfu`` (``mfu[name]`` of a variant): the rounds' FLOP/s over the device's dense peak
+        in the precision of most of the FLOPs (Note [MFU]); or, in ``no_peak``, why not. The
+        FLOPs by dtype are the work counters', else counted here where a peak may be known."""
+        if self._peaks is None or "torch" not in sys.modules:
+            return
+        from . import mfu
+
+        counted = self._work.get(variant)
+        tally = counted.tally if counted is not None else None
+        tracked = self.metrics.get("flops", {}).get("value", 0) if variant is None else 0
+        if tally is None:
+            if not mfu.worth_counting(self._plan.device, self._peaks):
+                if tracked:  # FLOPs without a peak: said, as where the work was counted
+                    self.no_peak = mfu.uncounted(self._plan.device)
+                return
+            from .work import count_flops_by_key
+
+            tally = count_flops_by_key(call)
+        if not tally:
+            return
+        # the benchmark's own count where it tracks FLOPs (so that mfu is flop_rate / peak)
+        flops = tracked or sum(tally.values())
+        found, why = mfu.utilization(tally, flops, series, self._peaks)
+        name = "mfu" if variant is None else f"mfu[{variant}]"
+        if found is not None:
+            self.metrics[name] = {**found, **({"state": self.state} if self.state else {})}
+        self.no_peak = why or self.no_peak
 
     def _count_work(self, calls: dict[str | None, Callable[[], Any]]) -> None:
         """The work counters of one more call of each (variant name, or None: the benchmarked

@@ -23,6 +23,16 @@ from .. import _compat
 from ..config import markers
 
 
+class Peaks(NamedTuple):
+    """How a benchmark learns its device's dense peak FLOP/s, for ``mfu`` (Note [MFU])."""
+
+    # (torch.device, precision) -> FLOP/s, or None: --hpml-peak-flops, else the hook
+    ask: Callable[[Any, str], Any]
+    # whether anything besides the table may answer (--hpml-peak-flops, a project's hook), so
+    # that a device the table lacks (the CPU) is worth counting FLOPs for
+    beyond_table: Callable[[], bool]
+
+
 class BenchSession(NamedTuple):
     """The benchmark fixture's collaborators, set up by the plugin."""
 
@@ -37,6 +47,7 @@ class BenchSession(NamedTuple):
     # the work counters and peak memory: off in a process that only times (they are the same in
     # every process; Note [Work counters]) and in the one counting instructions
     counts: bool = True
+    peaks: Peaks | None = None  # None: no mfu metric
 
 
 BENCH_SESSION_KEY = pytest.StashKey[BenchSession]()
@@ -83,6 +94,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
             count_disabled=given.xdist_worker,
             counts=given.counts,
             callgrind=given.callgrind if settings.instructions else None,
+            peaks=given.peaks,
         )
         request.node.stash[BENCHMARK_KEY] = value
         yield value

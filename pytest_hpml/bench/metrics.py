@@ -129,6 +129,21 @@ class Rate(Sampled):
 
 
 @dataclass
+class Utilization(Rate):
+    """``mfu``: each sample is its rounds' FLOP/s over the device's dense peak (Note [MFU]).
+
+    A rate, judged as throughput is: its samples are FLOP/s divided by a constant, so they carry
+    the rounds' noise, which a count's exact verdict would call a change, and they follow the
+    machine's speed as FLOP/s do, so the reference workload steadies them the same way (higher
+    is better, multiplied by the reference time). ``peak`` (FLOP/s) and ``precision`` say what
+    they were taken against: another peak is another metric, as another machine's times are.
+    """
+
+    peak: float | None = None
+    precision: str | None = None  # fp32, tf32, bf16, fp16, fp8: the step's dominant
+
+
+@dataclass
 class Ratio(Sampled):
     KIND: ClassVar[Kind] = RATIO
     tolerance: float | None = None  # the threshold for this speed-up, instead of the run's

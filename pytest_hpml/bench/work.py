@@ -13,7 +13,7 @@ import inspect
 import os
 import sys
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 
@@ -87,6 +87,7 @@ class WorkCounter(StorageTracker):
         self.copy_bytes = 0
         self.host_tensors = 0
         self.flops: Counter[str] = Counter()  # dtype: FLOPs
+        self.tally: Counter[FlopKey] = Counter()  # the same by device and kind (Note [MFU])
         self.sites: dict[str, Counter[str]] = {}  # operator: source lines
         self.saved_tensors = 0  # tensors autograd kept for backward
         self.saved_bytes = 0
@@ -146,13 +147,11 @@ class WorkCounter(StorageTracker):
     def _count_flops(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
     ) -> None:
-        formula = self._formulas.get(func.overloadpacket)
-        inputs = tensors(args)
-        if formula is None or not inputs:
-            return
-        flops = formula(*args, **kwargs, out_val=out)
-        if flops:
-            self.flops[str(inputs[0].dtype).removeprefix("torch.")] += int(flops)
+        found = operator_flops(self._formulas, func, args, kwargs, out)
+        if found is not None:
+            key, flops = found
+            self.flops[key.dtype] += flops
+            self.tally[key] += flops
 
     def metrics(self) -> dict[str, tuple[int, dict[str, Any]]]:
         """Each counter: its value and what explains it (counts per operator or per kind, and
@@ -177,6 +176,71 @@ class WorkCounter(StorageTracker):
         sites = {op: dict(self.sites[op].most_common(SITES_KEPT)) for op in ops if op in self.sites}
         detail: dict[str, Any] = {"by": dict(counts)} if counts else {}
         return {**detail, "sites": sites} if sites else detail
+
+
+class FlopKey(NamedTuple):
+    """Where FLOPs ran: the device and dtype of the operator's first input, and whether it is
+    a convolution (cuDNN's TF32 flag applies) or not (the matmul flag does)."""
+
+    device: str  # "cuda:0", "cpu"
+    dtype: str  # "float32", "bfloat16"
+    convolution: bool
+
+
+def operator_flops(
+    formulas: dict[Any, Callable[..., int]],
+    func: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    out: Any,
+) -> tuple[FlopKey, int] | None:
+    """The FLOPs of one operator by torch's formula, and where they ran; None for none."""
+    formula = formulas.get(func.overloadpacket)
+    inputs = tensors(args)
+    if formula is None or not inputs:
+        return None
+    flops = int(formula(*args, **kwargs, out_val=out))
+    if not flops:
+        return None
+    first = inputs[0]
+    dtype = str(first.dtype).removeprefix("torch.")
+    return FlopKey(str(first.device), dtype, "conv" in func.name()), flops
+
+
+class FlopTally(_compat.dispatch_mode_class()):  # type: ignore[misc]
+    """Only the FLOPs of the operators dispatched while active, by :class:`FlopKey`: what the
+    ``mfu`` metric needs in a process that does not count the work (Note [MFU])."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tally: Counter[FlopKey] = Counter()
+        self._formulas = _compat.flop_formulas()
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        found = operator_flops(self._formulas, func, args, kwargs, out)
+        if found is not None:
+            self.tally[found[0]] += found[1]
+        return out
+
+
+def count_flops_by_key(call: Callable[[], Any]) -> Counter[FlopKey] | None:
+    """The FLOPs of one call of ``call`` by :class:`FlopKey`; None where it cannot run under
+    a dispatch mode."""
+    mode = FlopTally if "torch._dynamo" in sys.modules else _UnguardedTally  # as count_work
+    try:
+        with mode() as counter:
+            call()
+    except Exception:
+        return None
+    return counter.tally
 
 
 def _sync(name: str, args: tuple[Any, ...], out: Any) -> str | None:
@@ -235,4 +299,7 @@ def _why(detail: dict[str, Any]) -> str:
 # StorageTracker's __torch_dispatch__ as written, not as torch wrapped it (see count_work)
 _Unguarded = _compat.unguarded_dispatch_mode(
     WorkCounter, inspect.unwrap(StorageTracker.__torch_dispatch__)
+)
+_UnguardedTally = _compat.unguarded_dispatch_mode(
+    FlopTally, inspect.unwrap(FlopTally.__torch_dispatch__)
 )

@@ -199,6 +199,32 @@ parse_max_ranks = _auto_or_positive("ranks")
 parse_threads = _auto_or_positive("threads")
 
 
+# A peak below this is a unit slip (989 meant as TFLOP/s), not a device: a CPU core does more.
+MIN_PEAK_FLOPS = 1e6
+
+
+def parse_peak_flops(value: str) -> float | None:
+    """A device's dense peak in FLOP/s, a positive number such as ``989e12``; empty for none
+    (the peak then comes from the hook, or pytest-hpml's table of GPUs)."""
+    text = str(value).strip()
+    if not text:
+        return None
+    try:
+        flops = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a peak in FLOP/s such as 989e12, got {value!r}"
+        ) from None
+    if not math.isfinite(flops) or flops <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive peak in FLOP/s, got {value!r}")
+    if flops < MIN_PEAK_FLOPS:
+        raise argparse.ArgumentTypeError(
+            f"expected a peak in FLOP/s, got {value!r}, less than a megaFLOP/s: "
+            f"write {flops:g}e12 for {flops:g} TFLOP/s"
+        )
+    return flops
+
+
 def parse_processes(value: str) -> int:
     """A whole number of processes, 1 to 16."""
     text = str(value).strip()
@@ -470,6 +496,16 @@ OPTIONS: tuple[Option, ...] = (
         flag=True,
     ),
     Option(
+        "peak-flops",
+        "peak_flops",
+        "the dense peak FLOP/s (989e12: an H100 SXM in bf16) that every benchmark's mfu metric "
+        "divides its FLOP/s by, whatever its device and precision; without it, a "
+        "pytest_hpml_peak_flops hook's, else pytest-hpml's table of GPUs (none for the CPU)",
+        parse_peak_flops,
+        "",
+        "FLOPS",
+    ),
+    Option(
         "machine",
         "machine",
         "a human-readable name for this machine in baseline files and reports",
@@ -537,6 +573,7 @@ class Settings(NamedTuple):
     processes: int
     record_processes: int
     instructions: bool
+    peak_flops: float | None  # None: the hook's, or the table's
     machine: str
     report: str
     report_md: str
@@ -636,6 +673,7 @@ BENCHMARK_OPTIONS = (
     "processes",
     "record_processes",
     "instructions",
+    "peak_flops",
     "machine",
     "report",
     "report_md",

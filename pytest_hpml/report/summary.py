@@ -179,6 +179,7 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
             f"{verdicts.tested} tested metrics are counted (Benjamini-Hochberg): inconclusive"
         )
     _work(reporter, verdicts)
+    _no_peak(reporter, verdicts)
     _instructions(reporter, verdicts)
     _busy(reporter, verdicts)
     _processes(reporter, verdicts)
@@ -242,6 +243,16 @@ def _work(reporter: Any, verdicts: Verdicts) -> None:
             "off (tests running side by side disturb each other's times); counts were "
             "recorded and judged",
             yellow=True,
+        )
+
+
+def _no_peak(reporter: Any, verdicts: Verdicts) -> None:
+    """Once a run, not per test: why benchmarks with FLOPs have no ``mfu`` (Note [MFU])."""
+    reasons = dict.fromkeys(r["no_peak"] for r in verdicts.results if r.get("no_peak"))
+    for why in reasons:
+        reporter.write_line(
+            f"hpml: mfu not computed: {why}; give one with --hpml-peak-flops or the "
+            "pytest_hpml_peak_flops hook"
         )
 
 

@@ -275,6 +275,7 @@ class Verdicts:
             "instruction_seconds": getattr(bench, "instruction_seconds", 0.0),
             "uncounted": getattr(bench, "uncounted", {}),
             "instructions": chosen.instructions,
+            "no_peak": getattr(bench, "no_peak", None),  # why a step with FLOPs has no mfu
         }
 
     def collect(self, payload: dict[str, Any]) -> None:
