@@ -170,7 +170,7 @@ def test_the_hpml_table_says_how_its_times_differ_from_pytest_benchmarks(
     result.stdout.fnmatch_lines(
         [
             "*hpml benchmarks*",
-            "hpml: times are medians over the rounds of 1 process(es); "
+            "hpml: times are the medians over the rounds of 1 process(es)*; "
             "pytest-benchmark's own table shows this process's rounds only",
         ]
     )

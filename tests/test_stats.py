@@ -637,3 +637,19 @@ def test_a_time_at_other_thread_counts_is_no_verdict_and_other_state_is_said() -
     result = judge_paired(pairs[0][0], pairs, threshold=0.06)
     assert result.verdict == stats.PASS
     assert "measured at 4 threads on every process, not the 1 asked" in result.reason
+
+
+def test_a_speedup_row_shows_the_values_whose_ratio_is_its_change() -> None:
+    """Speed-ups head against base: baseline and current are each side's geometric mean of its
+    processes' medians, so that current / baseline - 1 is the change judged (the pairs'
+    geometric mean), not each side's median of another statistic."""
+
+    def speedup(median: float, seed: int) -> dict[str, Any]:
+        return {"kind": "ratio", "unit": "x", "samples": draws(median, 0.01, 30, seed)}
+
+    pairs = [
+        (speedup(h, i), speedup(b, 10 + i))
+        for i, (h, b) in enumerate([(2.0, 1.9), (2.4, 2.0), (1.7, 1.8), (2.2, 2.1), (2.6, 2.0)])
+    ]
+    result = judge_paired(pairs[0][0], pairs, threshold=0.06)
+    assert result.current / result.baseline - 1 == pytest.approx(result.change, rel=1e-9)

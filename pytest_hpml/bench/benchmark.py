@@ -131,11 +131,26 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
     ) -> None:
         """Record a deterministic metric (graph breaks, bytes moved, ...) to compare with the
         baseline exactly or within ``tolerance`` (relative)."""
+        origin = "benchmark.record(tolerance=...)" if tolerance else None
+        self._record(name, value, unit, tolerance, origin, portable, higher_is_worse)
+
+    def _record(
+        self,
+        name: str,
+        value: float,
+        unit: str = "",
+        tolerance: float = 0.0,
+        origin: str | None = None,
+        portable: bool = True,
+        higher_is_worse: bool = True,
+    ) -> None:
+        """:meth:`record`, saying where a tolerance came from (``origin``), for the verdict."""
         self.metrics[name] = metrics.Count(
             unit,
             portable=portable,
             value=value,
             tolerance=tolerance,
+            tolerance_from=origin,
             higher_is_worse=higher_is_worse,
         ).as_dict()
 
@@ -244,7 +259,13 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
                 self.metrics[f"throughput[{name}]"] = rate
             if name != baseline:
                 ratios = [b / c for b, c in zip(base.samples, s.samples)]
-                ratio = metrics.Ratio("x", samples=ratios, tolerance=tolerance, state=state or None)
+                ratio = metrics.Ratio(
+                    "x",
+                    samples=ratios,
+                    tolerance=tolerance,
+                    tolerance_from="variants(tolerance=...)" if tolerance else None,
+                    state=state or None,
+                )
                 self.metrics[f"speedup[{name}/{baseline}]"] = ratio.as_dict()
         for name, value in compiled.metrics().items():  # of all the variants together
             self.record(name, value)
@@ -463,6 +484,8 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
                 "instr",
                 value=round(counted.instructions),
                 tolerance=self._settings.tolerance.get("instructions", TOLERANCE),
+                tolerance_from=_origin(self._settings, "instructions")
+                or "instruction counts' default",
                 detail={"by": counted.functions},
                 calls=counted.calls,
                 counted_on=self._callgrind.key,
@@ -474,7 +497,13 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         for name, (value, detail) in counter.metrics().items():
             tolerance = self._settings.tolerance.get(name, 0.0)
             unit = metrics.WORK_UNITS.get(name, "FLOP")  # else FLOPs of a dtype
-            count = metrics.Count(unit, value=value, tolerance=tolerance, detail=detail or None)
+            count = metrics.Count(
+                unit,
+                value=value,
+                tolerance=tolerance,
+                tolerance_from=_origin(self._settings, name),
+                detail=detail or None,
+            )
             self.metrics[name + suffix] = count.as_dict()
 
     def _check_expected(self) -> None:
@@ -506,13 +535,19 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         device = self._plan.device
         if getattr(device, "type", None) == "cuda":
             peak = cuda_peak_memory(call, device, self._plan.sync)
-            self.record("peak_memory", peak, unit="B", tolerance=0.05, portable=False)
+            origin = "CUDA peak memory's default"
+            self._record("peak_memory", peak, "B", 0.05, origin, portable=False)
         elif getattr(device, "type", "cpu") == "cpu":
             # the work counters' pass tracked the same storages: no second pass to count them
             counted = self._work.get(None)
             peak = counted.peak if counted is not None else tracked_peak_memory(call)
             if peak is not None:
                 self.record("peak_memory", peak, unit="B")
+
+
+def _origin(settings: BenchSettings, name: str) -> str | None:
+    """Where the tolerance of the counter ``name`` was set, if the test set one."""
+    return "hpml_bench(tolerance=...)" if name in settings.tolerance else None
 
 
 def _bind(

@@ -147,6 +147,7 @@ class Utilization(Rate):
 class Ratio(Sampled):
     KIND: ClassVar[Kind] = RATIO
     tolerance: float | None = None  # the threshold for this speed-up, instead of the run's
+    tolerance_from: str | None = None  # where the tolerance was set, for the verdict's reason
 
 
 @dataclass
@@ -154,6 +155,7 @@ class Count(Metric):
     KIND: ClassVar[Kind] = COUNT
     value: float = 0
     tolerance: float = 0.0  # relative
+    tolerance_from: str | None = None  # where a tolerance was set, for the verdict's reason
     higher_is_worse: bool = True
     # what explains the value: counts per operator, source lines (Note [Work counters])
     detail: dict[str, Any] | None = None

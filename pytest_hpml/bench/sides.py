@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -93,19 +94,36 @@ class Against:
         dirty = _git(self.top, "status", "--porcelain", "--untracked-files=no").strip()
         head = _commit(self.top, "HEAD")[:12] + (" + changes" if dirty else "")
         self.head = Side(HEAD, self.top, head, sys.executable)
+        # described while git makes the worktree: it imports torch, which takes seconds
+        self._describing = describing(sys.executable, _modules(), dict(os.environ))
+        self._descriptions: dict[str, dict[str, Any]] | None = None
+        self._base_description: dict[str, Any] | None = None  # another interpreter's
         self.directory = Path(tempfile.mkdtemp(prefix="pytest-hpml-base-"))
         try:
             _git(self.top, "worktree", "add", "--detach", "--quiet", str(self.directory), sha)
             self.base = Side(BASE, self.directory, sha[:12], sys.executable)
             _check_tree(self, revision)
             if python:
-                self.base = Side(BASE, self.directory, sha[:12], _check_python(python, self))
+                found, self._base_description = _check_python(python, self)
+                self.base = Side(BASE, self.directory, sha[:12], found)
         except BaseException:
             self.remove()
             raise
 
+    def environments(self) -> dict[str, dict[str, Any]]:
+        """Each side's environment (:data:`DESCRIBE`), the same one twice where both sides
+        run in this interpreter; empty where this one could not be described."""
+        if self._descriptions is None:
+            head, _ = described(self._describing)
+            base = self._base_description or head
+            self._descriptions = {} if head is None or base is None else {BASE: base, HEAD: head}
+        return self._descriptions
+
     def remove(self) -> None:
         """Remove the base worktree and git's record of it; safe to call twice."""
+        if self._describing.poll() is None:  # a run that ended before it was needed
+            self._describing.kill()
+            self._describing.communicate()
         with contextlib.suppress(pytest.UsageError):  # then removed below, and pruned
             _git(self.top, "worktree", "remove", "--force", str(self.directory))
         shutil.rmtree(self.directory, ignore_errors=True)
@@ -230,6 +248,12 @@ def _inside(top: Path, here: Path) -> Path:
     return here
 
 
+def _modules() -> list[str]:
+    """What each side's processes import, and its description imports first."""
+    torch = importlib.util.find_spec("torch") is not None
+    return ["pytest_hpml", "pytest_benchmark", *(["torch"] if torch else [])]
+
+
 def _check_tree(against: Against, revision: str) -> None:
     """The base tree must have the directory pytest runs from, or its processes cannot start."""
     where = against.base.path(against.top, against.here)
@@ -268,8 +292,50 @@ def _commit(top: Path, revision: str) -> str:
         ) from None
 
 
-# The installed pytest-hpml's version, here and in the base side's interpreter alike.
-VERSION = "from importlib.metadata import version as v; version = lambda: v('pytest-hpml')"
+# Run in each side's interpreter: what that side measures with (Python, torch and its CUDA and
+# cuDNN, every installed distribution's version), one JSON line. It imports what the side's
+# processes will import, so that an environment that cannot measure fails here, clearly.
+DESCRIBE = """
+import json, platform, sys
+from importlib import metadata
+MODULES
+found = {"python": platform.python_version(), "executable": sys.executable, "packages": {}}
+for dist in metadata.distributions():
+    name = dist.metadata.get("Name")
+    if name:
+        found["packages"][name.lower().replace("_", "-")] = dist.version
+torch = sys.modules.get("torch")
+if torch is not None:
+    found["torch"] = torch.__version__
+    found["cuda"] = torch.version.cuda
+    found["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+print(json.dumps(found))
+"""
+
+
+def describing(python: str, modules: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """Start describing the environment of ``python`` (see :data:`DESCRIBE`), importing
+    ``modules`` first."""
+    code = DESCRIBE.replace("MODULES", "\n".join(f"import {m}" for m in modules))
+    return subprocess.Popen(
+        [python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+
+
+def described(started: subprocess.Popen[str]) -> tuple[dict[str, Any] | None, str]:
+    """What :func:`describing` found, or None and why not."""
+    try:
+        out, err = started.communicate(timeout=CHECK_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        started.kill()
+        started.communicate()
+        return None, f"took over {CHECK_TIMEOUT:g} s"
+    if started.returncode:
+        return None, (err.strip().splitlines() or [f"exit {started.returncode}"])[-1]
+    try:
+        return json.loads(out.strip().splitlines()[-1]), ""
+    except (ValueError, IndexError):
+        return None, "it printed no description"
 
 
 def version() -> str:
@@ -282,39 +348,44 @@ def version() -> str:
         return "?"
 
 
-def _check_python(python: str, against: Against) -> str:
-    """The base side's interpreter, once it is seen to import pytest-hpml, pytest-benchmark
-    and (where this one has it) torch; a usage error otherwise."""
+def _check_python(python: str, against: Against) -> tuple[str, dict[str, Any]]:
+    """The base side's interpreter and its description, once it is seen to import
+    pytest-hpml, pytest-benchmark and (where this one has it) torch; a usage error
+    otherwise."""
     found = shutil.which(python)
     if found is None:
         raise pytest.UsageError(f"--hpml-against-python={python}: no such interpreter")
     found = os.path.abspath(found)  # the base side runs in the worktree
-    modules = ["pytest_hpml", "pytest_benchmark"]
-    if importlib.util.find_spec("torch") is not None:
-        modules.append("torch")
-    code = "; ".join(f"import {m}" for m in modules) + f"; {VERSION}; print(version())"
+    modules = _modules()
+    env = {**os.environ, **against.environment(Side(BASE, against.directory, "", found))}
     try:
-        done = subprocess.run(
-            [found, "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=CHECK_TIMEOUT,
-            env={**os.environ, **against.environment(Side(BASE, against.directory, "", found))},
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        description, why = described(describing(found, modules, env))
+    except OSError as exc:
         raise pytest.UsageError(f"--hpml-against-python={python} cannot run: {exc}") from None
-    if done.returncode:
-        said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+    if description is None:
         raise pytest.UsageError(
-            f"--hpml-against-python={python} cannot import {', '.join(modules)} ({said}); "
+            f"--hpml-against-python={python} cannot import {', '.join(modules)} ({why}); "
             "install pytest-hpml (and torch) into that environment"
         )
-    theirs, ours = (done.stdout.strip().splitlines() or ["?"])[-1], version()
+    theirs, ours = description["packages"].get("pytest-hpml", "?"), version()
     if theirs != ours:
         raise pytest.UsageError(
             f"--hpml-against-python={python} has pytest-hpml {theirs}, this one {ours}: "
             "both sides must measure alike; install the same version into both environments"
         )
+    return found, description
+
+
+def differences(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
+    """What differs between two sides' environments: Python, then each distribution whose
+    version differs (``torch 2.14.1 -> 2.15.0``), or that one side lacks (``nni - -> 3.0``)."""
+    found = []
+    if base.get("python") != head.get("python"):
+        found.append(f"Python {base.get('python')} -> {head.get('python')}")
+    theirs, ours = base.get("packages", {}), head.get("packages", {})
+    for name in sorted({*theirs, *ours}):
+        if theirs.get(name) != ours.get(name):
+            found.append(f"{name} {theirs.get(name, '-')} -> {ours.get(name, '-')}")
     return found
 
 

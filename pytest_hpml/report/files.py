@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ..verdict.baselines import write_atomic
-from .text import COLUMNS, citations, counts, headline, rows, sides
+from .text import COLUMNS, citations, counts, differs, headline, rows, sides
 
 REPORT_FORMAT = "pytest-hpml-report/1"
 MARKDOWN_COLUMNS = (*COLUMNS, "reason")
@@ -94,7 +94,7 @@ def markdown(document: dict[str, Any]) -> str:
     fingerprint = document["fingerprint"]
     against = document.get("against")
     judged_by = (
-        f"against: {md(sides(against))}"
+        f"against: {md(sides(against))}; {md(differs(against))}"
         if against
         else f"commit {md(document.get('commit') or '?')}, baselines: "
         f"{md(document['baseline_mode'])}"

@@ -51,7 +51,21 @@ def lines(config: pytest.Config) -> list[str]:
     if torch_imported():
         found.append(hardware_line(config))
         config.stash[HARDWARE_SHOWN] = True
-    return found
+    return found + against_lines(config)
+
+
+def against_lines(config: pytest.Config) -> list[str]:
+    """With --hpml-against: both sides, and what differs between their environments."""
+    if not settings(config).against:  # nothing more is imported for a run without it
+        return []
+    from ..bench.sides import AGAINST_KEY
+    from . import text
+
+    against = config.stash.get(AGAINST_KEY, None)
+    if against is None:
+        return []
+    block = text.against_block(against)
+    return [f"hpml: against: {text.sides(block, pairs=False)}", f"hpml: {text.differs(block)}"]
 
 
 def hardware_checked(config: pytest.Config) -> None:

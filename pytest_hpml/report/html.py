@@ -132,7 +132,7 @@ def _judged_by(document: dict[str, Any]) -> dict[str, str]:
     """What the verdicts compare with: the base revision, or the stored baselines."""
     against = document.get("against")
     if against:
-        return {"against": reports.sides(against)}
+        return {"against": reports.sides(against), "environments": reports.differs(against)}
     return {
         "baselines": f"{document.get('baseline_mode', '?')}: {document.get('baseline_dir', '?')}"
     }

@@ -11,7 +11,7 @@ import pytest
 
 from .. import _compat
 from ..bench.metrics import is_sampled, is_work_counter
-from ..verdict import stats
+from ..verdict import judge, paired, stats
 from ..verdict.session import Verdicts, commit, now
 from . import files, text
 
@@ -123,10 +123,7 @@ def _against(verdicts: Verdicts) -> dict[str, Any] | None:
     if against is None:
         return None
     return {
-        "revision": against.asked,
-        "base": against.base.revision,
-        "head": against.head.revision,
-        "base_python": against.base.python,
+        **text.against_block(against),
         "pairs": 0 if found is None else len(found.measured),
         "seconds": None if found is None else round(found.seconds, 1),
         "base_failed": {} if found is None else found.failed.get("base", {}),
@@ -141,12 +138,13 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
     reporter.write_sep("=", "hpml benchmarks")
     for line in text.table(results):
         reporter.write_line(line)
+    if results:
+        reporter.write_line(f"hpml: {text.legend(verdicts.against is not None)}")
     if any(is_sampled(record) for r in results for record in r["metrics"].values()):
         what = (
-            f"a side's time is the median of its processes' fastest samples "
-            f"({verdicts.process_count} processes)"
+            paired.rule(verdicts.process_count // 2)
             if verdicts.against is not None
-            else f"times are medians over the rounds of {verdicts.process_count} process(es)"
+            else judge.rule(verdicts.process_count)
         )
         reporter.write_line(
             f"hpml: {what}; pytest-benchmark's own table shows this process's rounds only"
@@ -164,6 +162,8 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
         else f"baselines: {verdicts.directory} ({verdicts.duty.baseline})"
     )
     reporter.write_line(f"hpml: {summary or 'no metrics'}; {judged_by}")
+    if against is not None:
+        reporter.write_line(f"hpml: {text.differs(_against(verdicts))}")
     for test, name, v in verdicts.regressed:
         line = f"hpml: REGRESSED {test} {name}: {text.describe(v, verdicts.unit(test, name))}"
         reporter.write_line(line, red=True)

@@ -74,6 +74,22 @@ def rows(results: list[dict[str, Any]]) -> list[dict[str, str]]:
 COLUMNS = ("test", "metric", "baseline", "current", "raw change", "change", "confidence", "verdict")
 
 
+def legend(against: bool) -> str:
+    """What each column of the verdict table holds, the same in every row of one mode."""
+    if against:
+        return (
+            "columns: baseline and current are the base's and the head's value as judged: a "
+            "time or rate, each side's best process's fastest sample; a speed-up, the geometric "
+            "mean of each side's processes' medians; a count, its middle value; change is "
+            "current / baseline - 1 (raw change the same: no reference workload here)"
+        )
+    return (
+        "columns: baseline and current are medians of the raw rounds (a count, its value); raw "
+        "change is their ratio - 1; change is what was judged: a time or rate in units of the "
+        "reference workload (raw where the reason says so), a speed-up or count as it is"
+    )
+
+
 def table(results: list[dict[str, Any]]) -> list[str]:
     """The verdict table, as aligned text lines, with the reason of each verdict that has one."""
     body = rows(results)
@@ -120,13 +136,67 @@ def headline(found: dict[str, int]) -> str:
     return f"{bad} regression(s)" if bad else "no regression"
 
 
-def sides(against: dict[str, Any]) -> str:
-    """'base 1a2b3c (origin/main) vs head 4d5e6f + changes, 5 pairs', from a report's
-    ``against`` block."""
+def against_block(against: Any) -> dict[str, Any]:
+    """What a report says of the two sides of ``--hpml-against`` (a ``bench.sides.Against``):
+    each one's revision, interpreter, Python, torch, CUDA and cuDNN, and the installed
+    distributions whose versions differ, each read from that side's own interpreter."""
+    from ..bench.sides import differences
+
+    environments = against.environments()
+    return {
+        "revision": against.asked,
+        "base": against.base.revision,
+        "head": against.head.revision,
+        "base_python": against.base.python,
+        "head_python": against.head.python,
+        "environments": {
+            side: {k: v for k, v in found.items() if k != "packages"}
+            for side, found in environments.items()
+        },
+        "differs": differences(environments["base"], environments["head"])
+        if environments
+        else None,
+    }
+
+
+def sides(against: dict[str, Any], pairs: bool = True) -> str:
+    """'base 1a2b3c (origin/main; Python 3.11.7, torch 2.14.1) vs head 4d5e6f + changes
+    (Python 3.11.7, torch 2.15.0), 5 pairs', from a report's ``against`` block."""
+    environments = against.get("environments") or {}
     base = str(against.get("base", "?"))
-    if against.get("revision") and not base.startswith(str(against["revision"])):
-        base += f" ({against['revision']})"
-    return f"base {base} vs head {against.get('head', '?')}, {against.get('pairs', 0)} pairs"
+    said = [str(against["revision"])] if against.get("revision") else []
+    if said and base.startswith(said[0]):
+        said = []
+    base += _in(said, environments.get("base"))
+    head = str(against.get("head", "?")) + _in([], environments.get("head"))
+    count = f", {against.get('pairs', 0)} pairs" if pairs else ""
+    return f"base {base} vs head {head}{count}"
+
+
+def _in(said: list[str], environment: dict[str, Any] | None) -> str:
+    """' (origin/main; Python 3.11.7, torch 2.14.1, CUDA 13.0, cuDNN 91900)'."""
+    found = [
+        f"{label} {environment[key]}"
+        for key, label in (("python", "Python"), ("torch", "torch"), ("cuda", "CUDA"))
+        if environment and environment.get(key)
+    ]
+    if environment and environment.get("cudnn"):
+        found.append(f"cuDNN {environment['cudnn']}")
+    parts = "; ".join(p for p in (", ".join(said), ", ".join(found)) if p)
+    return f" ({parts})" if parts else ""
+
+
+def differs(against: dict[str, Any]) -> str:
+    """What differs between the two sides' environments, from a report's ``against`` block:
+    'differs: torch 2.14.1 -> 2.15.0', or that both ran in one environment."""
+    found = against.get("differs")
+    if found is None:
+        return "the sides' environments could not be described"
+    if found:
+        return "differs: " + ", ".join(found)
+    if against.get("base_python") == against.get("head_python"):
+        return f"the same environment on both sides ({against.get('head_python')}): only the code"
+    return "no installed version differs between the two environments: only the code"
 
 
 def values(verdict: dict[str, Any], unit: str) -> tuple[str, str]:

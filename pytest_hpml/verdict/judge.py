@@ -147,6 +147,18 @@ def _busy_reason(current: Sequence[Mapping[str, Any]], stored: Sequence[Mapping[
     )
 
 
+def rule(processes: int) -> str:
+    """How a time is judged against its stored baseline, in words built from the values the
+    judge uses (``processes``: how many measured it in this run, at most)."""
+    return (
+        f"times are the medians over the rounds of {processes} process(es), in units of the "
+        "reference workload where it steadied the baseline; a change beyond the threshold "
+        f"counts where the Mann-Whitney U test on the rounds puts it beyond chance at "
+        f"{stats.ALPHA:.0%} and the spread between processes ({stats.PROCESS_ALPHA:.0%}) "
+        "allows it"
+    )
+
+
 def judge_metric(
     record: dict[str, Any], base: dict[str, Any] | None, threshold: float
 ) -> stats.Comparison:
@@ -303,6 +315,35 @@ def with_states(
     return dataclasses.replace(
         result, verdict=stats.INCONCLUSIVE, confidence=None, reason=_joined(result.reason, said)
     )
+
+
+def threshold_said(
+    result: stats.Comparison, record: Mapping[str, Any], session: float
+) -> stats.Comparison:
+    """A verdict reached at another threshold than the run's (``session``) says which, and
+    where it came from: a change beyond the run's threshold never passes without a why."""
+    used, kind = result.threshold, metrics.kind_of(record)
+    if used is None or kind is None:
+        return result
+    if kind.sampled:
+        if math.isclose(used, session):
+            return result
+        origin = (
+            record.get("tolerance_from")
+            if record.get("tolerance")
+            else "the test's hpml_bench(threshold=...)"
+        )
+        said = f"threshold {_percent(used)} from {origin}, not the run's {_percent(session)}"
+    else:  # a count: exact, unless a tolerance was given
+        if not used:
+            return result
+        origin = record.get("tolerance_from") or "the metric's record"
+        said = f"within a tolerance of {_percent(used)} from {origin} (counts are otherwise exact)"
+    return dataclasses.replace(result, reason=_joined(result.reason, said))
+
+
+def _percent(fraction: float) -> str:
+    return f"{fraction * 100:.3g}%"
 
 
 def _not_asked(states: Sequence[Mapping[str, Any]]) -> str:

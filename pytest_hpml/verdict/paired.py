@@ -13,6 +13,7 @@ value recorded with a tolerance).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -60,7 +61,9 @@ def judge_paired(
         result = stats.compare_pairs(
             ratios, threshold=tolerance or threshold, higher_is_worse=worse
         )
-        current, baseline = (stats.median(side) for side in zip(*picked))
+        # geometric means: their ratio is the pairs' geometric mean, the change judged
+        kept = [(h, b) for h, b in picked if h > 0 and b > 0] or [(math.nan, math.nan)]
+        current, baseline = (_geometric_mean(side) for side in zip(*kept))
     else:  # each side by its best process, judged on its steady ones (Note [Steady processes])
         result = stats.compare_sides(*zip(*picked), threshold=threshold, higher_is_worse=worse)
         current, baseline = (pick(side) for side in zip(*picked))
@@ -105,6 +108,18 @@ def varying(
     return dataclasses.replace(result, reason="; ".join(r for r in (result.reason, reason) if r))
 
 
+def rule(processes: int) -> str:
+    """How a time is judged head against base, in words built from the values the judge uses,
+    so that the text cannot drift from the code (``processes``: how many a side measured)."""
+    return (
+        f"each side's time is its best process's fastest sample ({processes} processes a side; "
+        f"on the measuring thread's CPU clock where it ran {THREAD_SHARE:.0%} of the time); a "
+        f"change beyond the threshold counts where Welch's t test on each side's steady "
+        f"processes (within {stats.STEADY - 1:.0%} of its best) puts it beyond chance at "
+        f"{stats.PAIR_ALPHA:.0%}, one-sided, and the middle pair of processes saw it too"
+    )
+
+
 # A process's work ran on its measuring thread when, in its least disturbed sample, that
 # thread's CPU clock counted at least this share of the wall time (Note [Thread clock]).
 THREAD_SHARE = 0.9
@@ -120,6 +135,12 @@ def _thread_bound(record: Mapping[str, Any]) -> bool:
     if metrics.per_second(record):  # a rate: work per second, on each clock
         wall, cpu = cpu, wall
     return max((c / w for w, c in zip(wall, cpu) if w > 0), default=0.0) >= THREAD_SHARE
+
+
+def _geometric_mean(values: Sequence[float]) -> float | None:
+    if any(not v > 0 for v in values):  # nan: no pair both sides measured
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def _whole(value: float) -> str:

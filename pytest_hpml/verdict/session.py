@@ -25,7 +25,7 @@ from ..config.options import Settings
 from ..config.role import Duty, duty, is_controller, settings
 from ..hardware import fingerprint
 from . import baselines, paired, stats
-from .judge import busy, runs
+from .judge import busy, runs, threshold_said
 
 MAX_STORED_SAMPLES = 400
 EARLIER_RUNS = 6  # process runs kept besides the latest run's by --hpml-baseline=append
@@ -159,6 +159,7 @@ class Verdicts:
         for result in self.results:
             for name, record in result["metrics"].items():
                 verdict = self._against(result, name, record, on_base)
+                verdict = threshold_said(verdict, record, self.settings.threshold)
                 result["verdicts"][name] = dataclasses.asdict(verdict)
         on_head = found.collected.get("head")
         if on_base is not None and on_head is not None:
@@ -251,6 +252,8 @@ class Verdicts:
             )
             if self.recording:
                 comparison = dataclasses.replace(comparison, verdict=stats.RECORDED)
+            else:
+                comparison = threshold_said(comparison, record, self.settings.threshold)
             verdicts[name] = dataclasses.asdict(comparison)
         return verdicts
 

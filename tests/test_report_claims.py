@@ -1,0 +1,165 @@
+"""Reports a reviewer can trust: both sides of a comparison named, the rule said as the code
+applies it, one definition per column, and every threshold that is not the run's said with
+where it came from.
+
+The inner projects are real git repositories of pure-Python benchmarks (a pair of processes
+takes about a second), measured head against base in real processes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_hpml.verdict import stats
+from tests.conftest import BENCH_TIME
+from tests.test_against import QUICK, TESTS, WORK, git
+
+if TYPE_CHECKING:
+    from tests.conftest import Project
+
+pytestmark = pytest.mark.skipif(
+    subprocess.run(["git", "--version"], capture_output=True).returncode != 0,
+    reason="needs git",
+)
+
+
+@pytest.fixture
+def repo(project: Project) -> Project:
+    project.pytester.makepyfile(work=WORK.format(scale=1), test_inner=TESTS)
+    git(project.path, "init", "-q")
+    git(project.path, "add", "-A")
+    git(project.path, "commit", "-qm", "base")
+    return project
+
+
+def header_lines(result: pytest.RunResult) -> list[str]:
+    return [line for line in result.outlines if line.startswith("hpml: against: ")]
+
+
+def test_both_sides_are_named_in_the_header_summary_and_json(repo: Project) -> None:
+    result = repo.run("--hpml-against=HEAD", *QUICK, "--hpml-report=r.json")
+    python = ".".join(map(str, sys.version_info[:3]))
+    (header,) = header_lines(result)
+    assert header.startswith("hpml: against: base ")
+    assert f"(HEAD; Python {python}, torch " in header
+    assert " vs head " in header
+    assert header.count(f"Python {python}") == 2
+    result.stdout.fnmatch_lines(
+        [
+            f"hpml: the same environment on both sides ({sys.executable}): only the code",
+            "hpml: *; against: base * (HEAD; Python *, torch *) vs head * (Python *), 3 pairs",
+        ]
+    )
+    against = json.loads((repo.path / "r.json").read_text())["against"]
+    assert against["differs"] == []
+    for side in ("base", "head"):
+        assert against["environments"][side]["python"] == python
+        assert against["environments"][side]["torch"].startswith("2.")
+
+
+def another_environment(where: Path) -> Path:
+    """A real virtualenv whose interpreter sees this one's packages (a .pth file) and one more
+    distribution of its own, so that the two sides' environments differ by it."""
+    venv.create(where, with_pip=False)
+    purelib = Path(sysconfig.get_path("purelib", vars={"base": str(where), "platbase": str(where)}))
+    # its .pth files too (an editable install is one)
+    here = sysconfig.get_path("purelib")
+    (purelib / "this-environment.pth").write_text(f"import site; site.addsitedir({here!r})\n")
+    info = purelib / "hpml_example_extra-2.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: hpml-example-extra\nVersion: 2.0\n"
+    )
+    return where / "bin" / "python"
+
+
+def test_what_differs_between_two_environments_is_listed(repo: Project, tmp_path: Path) -> None:
+    python = another_environment(tmp_path / "other")
+    result = repo.run(
+        "--hpml-against=HEAD",
+        f"--hpml-against-python={python}",
+        *QUICK,
+        "-k",
+        "counted",
+        "--hpml-report=r.json",
+        "--hpml-report-md=r.md",
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["hpml: differs: hpml-example-extra 2.0 -> -"])
+    against = json.loads((repo.path / "r.json").read_text())["against"]
+    assert against["differs"] == ["hpml-example-extra 2.0 -> -"]
+    assert against["base_python"] == str(python)
+    assert r"differs: hpml\-example\-extra 2.0 \-&gt; \-" in (repo.path / "r.md").read_text()
+
+
+def test_the_rule_the_summary_states_is_built_from_the_values_the_judge_uses(
+    repo: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = repo.run("--hpml-against=HEAD", *QUICK, "-k", "timed")
+    result.stdout.fnmatch_lines(
+        [
+            "hpml: each side's time is its best process's fastest sample (3 processes a side; *"
+            "steady processes (within 10% of its best) *beyond chance at 5%, one-sided, and "
+            "the middle pair of processes saw it too; *"
+        ]
+    )
+    monkeypatch.setattr(stats, "STEADY", 1.2)  # the judge's own value: the text follows it
+    result = repo.run("--hpml-against=HEAD", *QUICK, "-k", "timed")
+    result.stdout.fnmatch_lines(["*steady processes (within 20% of its best)*"])
+
+
+THRESHOLDS = """
+import pytest
+
+from work import SCALE, work
+
+
+@pytest.mark.hpml_bench(threshold=0.5)
+def test_loose(benchmark):
+    benchmark(work)
+
+
+def test_counted(benchmark):
+    benchmark.record("calls", round(10 * SCALE), tolerance=0.5)
+"""
+
+
+def test_a_threshold_not_the_runs_is_said_with_where_it_came_from(repo: Project) -> None:
+    repo.pytester.makepyfile(test_inner=THRESHOLDS)
+    git(repo.path, "commit", "-qam", "benchmarks with their own thresholds")
+    repo.pytester.makepyfile(work=WORK.format(scale=1.2))  # 12 calls instead of 10
+    result = repo.run("--hpml-against=HEAD", *QUICK, "--hpml-report=r.json")
+    verdicts = {
+        r["test"].split("::")[1]: r["verdicts"]
+        for r in json.loads((repo.path / "r.json").read_text())["results"]
+    }
+    calls = verdicts["test_counted"]["calls"]
+    assert calls["verdict"] == "pass"
+    assert calls["change"] == pytest.approx(0.2)
+    assert "within a tolerance of 50% from benchmark.record(tolerance=...)" in calls["reason"]
+    loose = verdicts["test_loose"]["time"]
+    assert (
+        "threshold 50% from the test's hpml_bench(threshold=...), not the run's 6%"
+        in (loose["reason"])
+    )
+    assert result.ret == pytest.ExitCode.OK
+
+
+def test_the_table_says_what_its_columns_hold(repo: Project) -> None:
+    result = repo.run("--hpml-against=HEAD", *QUICK, "-k", "timed")
+    result.stdout.fnmatch_lines(
+        ["hpml: columns: baseline and current are the base's and the head's value as judged*"]
+    )
+    result = repo.run(BENCH_TIME, "--hpml-baseline=update", "-k", "timed")
+    result = repo.run(BENCH_TIME, "-k", "timed")
+    result.stdout.fnmatch_lines(
+        ["hpml: columns: baseline and current are medians of the raw rounds*"]
+    )
