@@ -13,6 +13,7 @@ import html
 import json
 import random
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from pytest_hpml.report import cli, files, text
 from pytest_hpml.report import html as hpml_html
 from pytest_hpml.verdict import baselines
 from pytest_hpml.verdict.judge import judge_metric
+from pytest_hpml.verdict.paired import judge_paired
 from pytest_hpml.verdict.stats import median
 
 if TYPE_CHECKING:
@@ -212,6 +214,188 @@ def test_html_report_without_matplotlib_says_how_to_install(
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails
     with pytest.raises(hpml_html.ReportError, match=r"needs matplotlib: pip install"):
         hpml_html.render(make_document(stored))
+
+
+AGAINST_ID = "tests/models/test_training_step.py::TestTrainingStep::test_step[cpu-bf16]"
+
+
+def process(cpu: float, seed: int, n: int = 20) -> dict[str, Any]:
+    """One process's time record as --hpml-against measures it on a busy machine: samples on
+    the measuring thread's CPU clock near ``cpu``, wall-clock ones 1.5 to 4x longer but for
+    the first (the thread did the work: its CPU clock is what is judged)."""
+    rng = random.Random(seed)
+    cpu_samples = [cpu * rng.uniform(1.0, 1.02) for _ in range(n)]
+    wall = [c * (1.02 if i == 0 else rng.uniform(1.5, 4)) for i, c in enumerate(cpu_samples)]
+    return {
+        "kind": "time",
+        "unit": "s",
+        "portable": False,
+        "samples": wall,
+        "cpu_samples": cpu_samples,
+    }
+
+
+def against_document() -> dict[str, Any]:
+    """A report of head against base: 5 pairs, head 1.09 ms and base 706 us on the CPU clock,
+    judged by ``judge_paired`` as the plugin does (the case of the picture that showed head's
+    wall-clock samples against base's best)."""
+    pairs = [(process(1.09e-3, 2 * i), process(0.706e-3, 2 * i + 1)) for i in range(5)]
+    verdict = json.loads(json.dumps(dataclasses.asdict(judge_paired(pairs[0][0], pairs, 0.1))))
+    results = [
+        {
+            "test": AGAINST_ID,
+            "threshold": 0.1,
+            "metrics": {"time": pairs[0][0]},
+            "verdicts": {"time": verdict},
+        }
+    ]
+    against = {
+        "base": "1a2b3c4d5e6f",
+        "revision": "origin/main",
+        "head": "7a8b9c0d1e2f + changes",
+        "pairs": 5,
+    }
+    return {**make_document(Path("nowhere"), mode="off"), "results": results, "against": against}
+
+
+def figure_data(page: str) -> list[list[dict[str, Any]]]:
+    """The values each figure drew, as the page embeds them: one list of panels per figure."""
+    found = re.findall(r'<figure data-values="([^"]*)">', page)
+    return [json.loads(html.unescape(data)) for data in found]
+
+
+def test_html_figure_holds_both_sides_values_that_the_verdict_used() -> None:
+    document = against_document()
+    [[panel]] = figure_data(hpml_html.render(document))
+    verdict = document["results"][0]["verdicts"]["time"]
+    assert verdict["verdict"] == "regressed"
+    assert "timed on the measuring thread's CPU clock" in verdict["reason"]
+    # each pair's two processes, as the verdict picked them: their fastest CPU-clock sample
+    assert panel["groups"] == {"base": verdict["sides"]["base"], "head": verdict["sides"]["head"]}
+    assert panel["paired"] is True
+    assert panel["statistic"] == "fastest sample of each process"
+    assert panel["clock"] == "the measuring thread's CPU clock"
+    assert panel["threshold"] == verdict["threshold"] == 0.1
+    assert panel["band"] == pytest.approx([verdict["baseline"] * 0.9, verdict["baseline"] * 1.1])
+    # the table's baseline and current are the two sides' best, drawn and embedded
+    [row] = text.rows(document["results"])
+    assert (row["baseline"], row["current"]) == ("706 us", "1.09 ms")
+    assert text.fmt(min(panel["groups"]["base"]), "s") == row["baseline"]
+    assert text.fmt(min(panel["groups"]["head"]), "s") == row["current"]
+    assert (panel["baseline"], panel["current"]) == (verdict["baseline"], verdict["current"])
+    # not the head's wall-clock samples, 1.5 to 4x longer, that the record holds beside them
+    wall = document["results"][0]["metrics"]["time"]["samples"][1:]
+    assert max(panel["groups"]["head"]) < min(wall)
+
+
+def test_html_figure_of_stored_baselines_holds_the_samples_judged(
+    rendered: tuple[dict[str, Any], str],
+) -> None:
+    document, page = rendered
+    panels = {
+        (result["test"], panel["metric"]): panel
+        for result, drawn in zip(
+            [r for r in document["results"] if "time" in r["metrics"]], figure_data(page)
+        )
+        for panel in drawn
+    }
+    panel = panels["test_a.py::test_slower", "time"]
+    base, current = CASES["test_a.py::test_slower"]["time"]
+    verdict = document["results"][1]["verdicts"]["time"]
+    assert panel["paired"] is False
+    assert panel["groups"]["baseline"] == pytest.approx(base["samples"], rel=1e-5)
+    assert panel["groups"]["current"] == pytest.approx(current["samples"], rel=1e-5)
+    assert "current\nnormalized" in panel["groups"]  # judged in reference units
+    assert (panel["baseline"], panel["current"], panel["threshold"]) == (
+        verdict["baseline"],
+        verdict["current"],
+        0.1,
+    )
+    [row] = [
+        r
+        for r in text.rows(document["results"])
+        if (r["test"], r["metric"]) == ("test_a.py::test_slower", "time")
+    ]
+    assert text.fmt(median(panel["groups"]["baseline"]), "s") == row["baseline"]
+    assert text.fmt(median(panel["groups"]["current"]), "s") == row["current"]
+
+
+def test_test_ids_wrap_only_between_their_parts(rendered: tuple[dict[str, Any], str]) -> None:
+    document, page = rendered
+    style = page[page.index("<style>") : page.index("</style>")]
+    # what broke names inside a word: 'test_cas / e.py::te / st_case'
+    assert "break-all" not in style
+    assert "anywhere" not in style
+    assert "td.test span, h3 span { white-space: nowrap; }" in style
+    assert hpml_html.breakable("tests/unit/test_a.py::TestA::test_b[cpu-bf16]") == (
+        "<span>tests/</span><wbr><span>unit/</span><wbr><span>test_a.py::</span><wbr>"
+        "<span>TestA::</span><wbr><span>test_b</span><wbr><span>[cpu-bf16]</span>"
+    )
+    cells = re.findall(r"<td class='test'>(.*?)</td>", page)
+    assert len(cells) == len(text.rows(document["results"]))
+    for cell in cells:  # nothing but unbreakable parts and the places between them
+        assert re.fullmatch(r"<span>[^<]+</span>(<wbr><span>[^<]+</span>)*", cell), cell
+    assert hpml_html.breakable(ODD_ID).count("<b>") == 0
+
+
+# Added to a copy of the report (which has no script): what the browser made of the page.
+PROBE = """<script>
+addEventListener("load", () => {
+  const lineBreaks = (cell) => {  // the text before each line break of a cell
+    const found = [], range = document.createRange();
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    let text = "", top = null;
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (let i = 0; i < node.length; i++) {
+        range.setStart(node, i); range.setEnd(node, i + 1);
+        const rect = range.getBoundingClientRect();
+        if (top !== null && rect.top > top + 2) found.push(text);
+        top = rect.top; text += node.data[i];
+      }
+    }
+    return found.map((before) => [before, cell.textContent.slice(before.length)]);
+  };
+  const cells = [...document.querySelectorAll("table tr")].slice(1)
+    .map((tr) => [...tr.cells].map((td) => td.textContent));
+  document.body.dataset.probe = JSON.stringify({
+    images: [...document.images].map((img) => img.complete && img.naturalWidth > 0),
+    breaks: [...document.querySelectorAll("td.test, h3")].flatMap(lineBreaks),
+    cells: cells,
+    figures: [...document.querySelectorAll("figure")].map((f) => JSON.parse(f.dataset.values)),
+  });
+});
+</script>"""
+CHROMIUM = shutil.which("chromium")
+NARROW = ("--window-size=420,2000", "--dump-dom")  # narrow enough that the ids wrap
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium on PATH to load the page")
+def test_the_page_loads_in_chromium_and_its_figure_holds_the_table(tmp_path: Path) -> None:
+    document = against_document()
+    path = tmp_path / "report.html"
+    path.write_text(hpml_html.render(document).replace("</body>", PROBE + "</body>"))
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", *NARROW, path.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    probe = re.search(r'data-probe="([^"]*)"', done.stdout)
+    assert probe is not None, "the page did not load: " + done.stderr[-2000:]
+    seen = json.loads(html.unescape(probe.group(1)))
+    assert seen["images"] == [True, True]  # the chart of changes and the figure, decoded
+    # in a narrow window the ids wrap, between their parts only
+    assert seen["breaks"]
+    for before, after in seen["breaks"]:
+        assert before.endswith(("/", "::")) or after.startswith("["), (before, after)
+    # the table's numbers are the figure's: each side's best among its processes' values
+    [[test, metric, baseline, current, *_]] = seen["cells"]
+    [[panel]] = seen["figures"]
+    assert (test, metric) == (AGAINST_ID, "time")
+    assert text.fmt(min(panel["groups"]["base"]), panel["unit"]) == baseline == "706 us"
+    assert text.fmt(min(panel["groups"]["head"]), panel["unit"]) == current == "1.09 ms"
+    assert panel["threshold"] == 0.1
 
 
 # --- the command line ----------------------------------------------------------------------
@@ -441,6 +625,78 @@ def test_console_script_and_extras_are_declared() -> None:
     assert any(req.startswith("matplotlib") for req in extras["test"])
 
 
+# --- the Markdown summary ------------------------------------------------------------------
+
+
+def test_markdown_gives_the_answer_and_the_two_sides_first() -> None:
+    document = against_document()
+    lines = files.markdown(document).splitlines()
+    assert lines[0] == "### pytest-hpml benchmarks: fail: 1 of 1 metric regressed"
+    against = document["against"]
+    assert lines[2] == (
+        f"Judged against: {files.md(text.sides(against))}; {files.md(text.differs(against))}."
+    )
+    assert lines[4] == f"Machine: ci ({FINGERPRINT.id}); verdicts: 1 regressed."
+    assert "<details>" not in "\n".join(lines)  # one short table, open
+    stored = files.markdown(make_document(Path("baselines"))).splitlines()
+    assert stored[0] == "### pytest-hpml benchmarks: fail: 2 of 7 metrics regressed"
+    assert stored[2] == "Judged against: the stored baselines in baselines, commit 0123456789ab."
+
+
+def big_document(rows: int) -> dict[str, Any]:
+    """A report of ``rows`` time verdicts, every tenth regressed: a suite's worth of rows."""
+    results = {r["test"]: r for r in make_document(Path("nowhere"))["results"]}
+    steady, slower = results["test_a.py::test_steady"], results["test_a.py::test_slower"]
+    slower = {**slower, "metrics": {"time": slower["metrics"]["time"]}}
+    slower["verdicts"] = {"time": slower["verdicts"]["time"]}
+    made = [
+        {**(slower if i % 10 == 0 else steady), "test": f"tests/test_suite.py::test_case[{i}]"}
+        for i in range(rows)
+    ]
+    return {**make_document(Path("nowhere")), "results": made}
+
+
+def test_markdown_of_a_suite_collapses_its_tables_and_fits_a_comment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = big_document(2_000)
+    path = tmp_path / "hpml.json"
+    files.write_json(path, document)
+    out = tmp_path / "comment.md"
+    assert run_cli(capsys, "render", path, "--md", out)[0] == 0
+    summary = out.read_text()
+    assert len(summary) < files.COMMENT_LIMIT
+    lines = summary.splitlines()
+    assert lines[0] == "### pytest-hpml benchmarks: fail: 200 of 2,000 metrics regressed"
+    # the regressions first, collapsed (200 rows), then every verdict, collapsed and cut
+    opened = [line for line in lines if line.startswith("<details>")]
+    assert opened == [
+        "<details><summary>Regressed, improved or inconclusive: 200</summary>",
+        "<details><summary>All 2,000 verdicts</summary>",
+    ]
+    assert lines.count("</details>") == 2
+    first = lines.index(opened[0])
+    assert lines[first + 1] == ""  # GitHub renders the table inside only after a blank line
+    assert lines[first + 2].startswith("| test | metric |")
+    assert sum("**regressed**" in line for line in lines[first : lines.index("</details>")]) == 200
+    assert re.search(r"^_\d[\d,]* more in the full report_$", summary, re.M)
+    assert lines[-1] == (
+        "**Shortened** to fit GitHub's 65,536 characters for a comment; the full report is "
+        f"{files.md(path)}."
+    )
+    # without a JSON report, it says how to get one
+    assert (
+        files.markdown(document)
+        .splitlines()[-1]
+        .endswith("run with `--hpml-report=PATH` for the full report.")
+    )
+    # a short report is whole, its one table open
+    short = files.markdown(big_document(8))
+    assert "Shortened" not in short
+    assert "<details>" not in short
+    assert "**Verdicts**" in short
+
+
 # --- the plugin writes the same report -----------------------------------------------------
 
 BENCH = """
@@ -555,8 +811,12 @@ def test_the_markdown_summary_lets_no_name_out_of_its_cell(stored: Path) -> None
         (lambda r: r["verdicts"]["time"].update(change="+3%"), "has a value that is not a number"),
         (lambda r: r["metrics"]["time"].update(samples=[float("nan")]), "positive finite numbers"),
         (lambda r: r.update(test=["not", "text"]), "its test id is not a string"),
+        (
+            lambda r: r["verdicts"]["time"].update(sides={"head": ["<b>"], "base": [1e-3]}),
+            "its sides are not head's and base's positive values, paired",
+        ),
     ],
-    ids=["verdict", "change", "nan-sample", "test-id"],
+    ids=["verdict", "change", "nan-sample", "test-id", "sides"],
 )
 def test_a_report_with_a_value_of_the_wrong_shape_is_refused_in_one_line(
     tmp_path: Path, stored: Path, capsys: pytest.CaptureFixture[str], change: Any, problem: str
@@ -604,10 +864,10 @@ def test_a_very_long_test_id_is_cut_in_the_table_and_whole_on_hover(stored: Path
     long_id = "test_a.py::test_long[" + "x" * 5000 + "<b>]"
     document["results"][0]["test"] = long_id
     page = hpml_html.render(document, {})
-    cell = re.search(r"<td class='test' title=\"([^\"]*)\">([^<]*)</td>", page)
+    cell = re.search(r"<td class='test' title=\"([^\"]*)\">(.*?)</td>", page)
     assert cell is not None
     assert cell.group(1) == html.escape(long_id, quote=True)
-    assert len(html.unescape(cell.group(2))) <= hpml_html.LONG_ID + 1
+    assert len(html.unescape(re.sub("<[^>]+>", "", cell.group(2)))) <= hpml_html.LONG_ID + 1
 
 
 @pytest.mark.parametrize(

@@ -141,7 +141,21 @@ def _result_problem(result: dict[str, Any]) -> str | None:
             return f"verdict {name!r} has a value that is not a number"
         if not isinstance(verdict.get("reason", ""), str):
             return f"verdict {name!r} has a reason that is not text"
+        if not _sides_ok(verdict.get("sides")):
+            return f"verdict {name!r}: its sides are not head's and base's positive values, paired"
     return None
+
+
+def _sides_ok(sides: Any) -> bool:
+    """A head-against-base verdict's values per process (drawn in the HTML report), or none."""
+    if sides is None:
+        return True
+    if not isinstance(sides, dict) or set(sides) != {"head", "base"}:
+        return False
+    head, base = sides["head"], sides["base"]
+    if not isinstance(head, list) or not isinstance(base, list) or len(head) != len(base):
+        return False
+    return all(number(v, positive=True) for v in (*head, *base))
 
 
 def load_report(path: Path) -> dict[str, Any]:
@@ -352,7 +366,7 @@ def run_render(args: argparse.Namespace) -> int:
     document = load_report(args.report)
     try:
         if args.md:
-            files.write_markdown(args.md, document)
+            files.write_markdown(args.md, document, full_report=args.report)
             print(f"wrote {args.md}")
         if args.html:
             _write_html(args, document)

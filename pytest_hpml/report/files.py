@@ -7,13 +7,15 @@ import json
 import os
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ..verdict import stats
 from ..verdict.baselines import write_atomic
-from .text import COLUMNS, citations, counts, differs, headline, rows, sides
+from .text import COLUMNS, citations, counts, differs, legend, rows, sides
 
 REPORT_FORMAT = "pytest-hpml-report/1"
 MARKDOWN_COLUMNS = (*COLUMNS, "reason")
@@ -87,56 +89,186 @@ def md(text: Any) -> str:
     return _MARKDOWN.sub(r"\\\1", html.escape(str(text), quote=False)).replace("\n", " ")
 
 
-def markdown(document: dict[str, Any]) -> str:
-    """A Markdown summary for a pull-request comment or a CI step summary."""
-    results = document["results"]
-    found = counts(results)
+# GitHub refuses a pull-request comment longer than this; a longer summary is cut to fit, with
+# room left for the marker a comment action adds, and says where the full report is.
+COMMENT_LIMIT = 65_536
+ROOM = 1_000
+OPEN_ROWS = 10  # a table with more rows than this is collapsed (<details>)
+
+
+@dataclass(frozen=True)
+class Block:
+    """A part of the summary after the answer: plain lines, or a table that can lose rows when
+    the summary is cut to fit a comment."""
+
+    title: str
+    lines: tuple[str, ...]
+    table: bool = False
+    collapsed: bool = False
+
+    def render(self, keep: int | None = None) -> list[str]:
+        """Its Markdown lines, with only the first ``keep`` rows or lines."""
+        shown = list(self.lines[:keep])
+        cut = len(self.lines) - len(shown)
+        more = [f"_{cut:,} more in the full report_"] if cut else []
+        if not self.table:
+            return ["", *([self.title, ""] if self.title else []), *shown, *more]
+        body = [_TABLE_HEAD, _TABLE_RULE, *shown, *(["", *more] if more else [])]
+        if self.collapsed:  # GitHub renders the table inside once a blank line follows <summary>
+            return ["", f"<details><summary>{self.title}</summary>", "", *body, "", "</details>"]
+        return ["", f"**{self.title}**", "", *body]
+
+
+_TABLE_HEAD = "| " + " | ".join(MARKDOWN_COLUMNS) + " |"
+_TABLE_RULE = "|" + "---|" * len(MARKDOWN_COLUMNS)
+NEEDS_A_LOOK = (stats.REGRESSED, stats.IMPROVED, stats.INCONCLUSIVE)
+
+
+def markdown(document: dict[str, Any], full_report: str | Path | None = None) -> str:
+    """A Markdown summary for a pull-request comment or a CI step summary: the answer first
+    (pass or fail, how many regressed, what was judged against what), then the details, long
+    tables collapsed. One longer than a GitHub comment may be is cut to fit and ends with where
+    the full report is: ``full_report``, the JSON report's path, if there is one."""
+    head, blocks = _answer(document), _blocks(document)
+    whole = "\n".join([*head, *(line for b in blocks for line in b.render())]) + "\n"
+    if len(whole) <= COMMENT_LIMIT - ROOM:
+        return whole
+    end = ["", _cut_line(full_report)]
+    budget = COMMENT_LIMIT - ROOM - _size(head) - _size(end)
+    kept: list[str] = []
+    for block in blocks:
+        lines = _fitted(block, budget)
+        kept += lines
+        budget -= _size(lines)
+    return "\n".join([*head, *kept, *end]) + "\n"
+
+
+def _size(lines: list[str]) -> int:
+    """Characters of ``lines`` joined, with the newline that joins them to the rest."""
+    return sum(len(line) + 1 for line in lines)
+
+
+def _fitted(block: Block, budget: int) -> list[str]:
+    """``block`` with as many of its rows as fit in ``budget`` characters, or nothing."""
+    if _size(block.render()) <= budget:
+        return block.render()
+    low, high = 0, len(block.lines)  # the most rows that fit lies in [low, high)
+    if _size(block.render(0)) > budget:
+        return []
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if _size(block.render(middle)) <= budget else (low, middle)
+    return block.render(low)
+
+
+def _cut_line(full_report: str | Path | None) -> str:
+    """The last line of a cut summary: why, and where the whole report is."""
+    cut = f"**Shortened** to fit GitHub's {COMMENT_LIMIT:,} characters for a comment"
+    if full_report:
+        return f"{cut}; the full report is {md(full_report)}."
+    return f"{cut}; run with `--hpml-report=PATH` for the full report."
+
+
+def _answer(document: dict[str, Any]) -> list[str]:
+    """The heading (pass or fail, how many regressed), what was judged against what, where."""
+    found, errors = counts(document["results"]), document.get("errors") or ()
     fingerprint = document["fingerprint"]
-    against = document.get("against")
-    judged_by = (
-        f"against: {md(sides(against))}; {md(differs(against))}"
-        if against
-        else f"commit {md(document.get('commit') or '?')}, baselines: "
-        f"{md(document['baseline_mode'])}"
-    )
-    lines = [
-        f"### pytest-hpml benchmarks: {headline(found)}",
+    verdicts = ", ".join(f"{n:,} {md(v)}" for v, n in found.items()) or "no metrics"
+    return [
+        f"### pytest-hpml benchmarks: {_verdict(document, found, len(errors))}",
         "",
-        f"Machine: {md(fingerprint.get('name', '?'))} ({md(fingerprint.get('id', '?'))}), "
-        f"{judged_by}.",
+        f"{_judged(document)}.",
         "",
-        "| " + " | ".join(MARKDOWN_COLUMNS) + " |",
-        "|" + "---|" * len(MARKDOWN_COLUMNS),
+        f"Machine: {md(fingerprint.get('name', '?'))} ({md(fingerprint.get('id', '?'))}); "
+        f"verdicts: {verdicts}.",
     ]
-    for row in rows(results):
-        verdict = md(row["verdict"])
-        mark = {"regressed": f"**{verdict}**", "improved": f"_{verdict}_"}.get(row["verdict"])
-        cells = [md(row[c]) for c in MARKDOWN_COLUMNS[:-2]] + [mark or verdict, md(row["reason"])]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", ", ".join(f"{n} {md(v)}" for v, n in found.items()) or "no metrics"]
-    lines += _one_side(against)
-    cited = citations(results)
-    if cited:
-        lines += ["", "Published figures beside ours:", "", *(f"- {md(line)}" for line in cited)]
-    lines += [f"\n**Error:** {md(e)}" for e in document.get("errors", ())]
-    return "\n".join(lines) + "\n"
+
+
+def _verdict(document: dict[str, Any], found: dict[str, int], errors: int) -> str:
+    """'fail: 2 of 14 metrics regressed', as the run's exit status has it: a regression fails
+    a judging run, an error any run."""
+    metrics, regressed = sum(found.values()), found.get(stats.REGRESSED, 0)
+    judging = document.get("baseline_mode") == "compare" or bool(document.get("against"))
+    if regressed and judging:
+        said = f"{regressed} of {_plural(metrics, 'metric')} regressed"
+    elif judging:
+        said = f"no regression in {_plural(metrics, 'metric')}"
+    else:
+        said = f"{_plural(metrics, 'metric')} {_not_judged(document)}, not judged"
+    failed = errors or (regressed and judging)
+    said += f", {_plural(errors, 'error')}" if errors else ""
+    return f"{'fail' if failed else 'pass'}: {said}"
+
+
+def _not_judged(document: dict[str, Any]) -> str:
+    return "recorded" if document.get("baseline_mode") in ("update", "append") else "measured"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def _judged(document: dict[str, Any]) -> str:
+    """The two sides: the base and head revisions, or this commit and the stored baselines."""
+    against = document.get("against")
+    if against:
+        return f"Judged against: {md(sides(against))}; {md(differs(against))}"
+    commit, mode = md(document.get("commit") or "?"), document.get("baseline_mode")
+    where = md(document.get("baseline_dir") or "?")
+    if mode == "compare":
+        return f"Judged against: the stored baselines in {where}, commit {commit}"
+    if mode in ("update", "append"):
+        return f"Commit {commit}, recorded as baselines in {where} ({md(mode)})"
+    return f"Commit {commit}, baselines: {md(mode or '?')}"
+
+
+def _blocks(document: dict[str, Any]) -> list[Block]:
+    """The details after the answer, most needed first: a cut summary loses the last. The
+    errors come first: they failed the run."""
+    results, against = document["results"], document.get("against")
+    found = rows(results)
+    table = tuple(_md_row(row) for row in found)
+    errors = Block("", tuple(f"- **Error:** {md(e)}" for e in document.get("errors") or ()))
+    cited = tuple(f"- {md(line)}" for line in citations(results))
+    extra = [
+        Block("", (md(legend(bool(against))),) if table else ()),
+        Block("", tuple(_one_side(against))),
+        Block("Published figures beside ours:", cited),
+    ]
+    if len(table) <= OPEN_ROWS:
+        blocks = [errors, Block("Verdicts", table, table=True), *extra]
+    else:
+        looks = tuple(line for row, line in zip(found, table) if row["verdict"] in NEEDS_A_LOOK)
+        title = f"Regressed, improved or inconclusive: {len(looks):,}"
+        notable = Block(title, looks, table=True, collapsed=len(looks) > OPEN_ROWS)
+        everything = Block(f"All {len(table):,} verdicts", table, table=True, collapsed=True)
+        blocks = [errors, notable, *extra, everything]
+    return [b for b in blocks if b.lines]
+
+
+def _md_row(row: dict[str, str]) -> str:
+    verdict = md(row["verdict"])
+    mark = {"regressed": f"**{verdict}**", "improved": f"_{verdict}_"}.get(row["verdict"])
+    cells = [md(row[c]) for c in MARKDOWN_COLUMNS[:-2]] + [mark or verdict, md(row["reason"])]
+    return "| " + " | ".join(cells) + " |"
 
 
 def _one_side(against: dict[str, Any] | None) -> list[str]:
     """The benchmarks --hpml-against could not judge: failed on the base side, or removed."""
     if not against:
         return []
-    lines = [
-        f"- failed on the base side, not judged: {md(test)} ({md(why)})"
-        for test, why in sorted((against.get("base_failed") or {}).items())
+    failed = sorted((against.get("base_failed") or {}).items())
+    return [f"- failed on the base side, not judged: {md(t)} ({md(why)})" for t, why in failed] + [
+        f"- removed (only in the base revision): {md(t)}" for t in against.get("removed", ())
     ]
-    lines += [f"- removed (only in the base revision): {md(t)}" for t in against.get("removed", ())]
-    return ["", *lines] if lines else []
 
 
-def write_markdown(path: Path, document: dict[str, Any]) -> None:
-    """Write the summary; append when ``path`` is GitHub's step summary file."""
-    text = markdown(document)
+def write_markdown(
+    path: Path, document: dict[str, Any], full_report: str | Path | None = None
+) -> None:
+    """Write the summary; append when ``path`` is GitHub's step summary file. ``full_report``:
+    the JSON report's path, named where the summary is cut."""
+    text = markdown(document, full_report)
     if os.environ.get("GITHUB_STEP_SUMMARY") and Path(os.environ["GITHUB_STEP_SUMMARY"]) == path:
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(text)

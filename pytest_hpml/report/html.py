@@ -1,5 +1,7 @@
 """The standalone HTML report: header, verdict table, a chart of every relative change and, per
-benchmark, this run's samples beside the baseline's.
+benchmark, the values its verdicts compared: with --hpml-against each pair's base and head
+processes, on the statistic and clock the verdict used; against stored baselines the samples
+of both runs. Each figure carries those values in its ``data-values`` attribute too.
 
 One self-contained file (inline styles, plots as base64 PNG) so that it still reads after being
 uploaded as a CI artifact. matplotlib is imported only when a report is drawn: the plugin must
@@ -9,11 +11,15 @@ not pay for it, and it is an optional dependency (the ``report`` extra: matplotl
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import importlib.util
 import io
+import json
 import random
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +27,7 @@ import pytest
 
 from ..bench.metrics import kind_of, per_second
 from ..verdict import judge, stats
+from ..verdict.paired import THREAD_CLOCK
 from . import text as reports
 
 Baselines = Mapping[str, Mapping[str, Mapping[str, Any]]]  # test id -> metric -> record
@@ -41,13 +48,15 @@ STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto;
        max-width: 1200px; padding: 0 1em; color: #222; }
 h1 { font-size: 1.5em; margin-bottom: .2em; } h2 { font-size: 1.2em; margin-top: 2em; }
-h3 { font: 600 .95em ui-monospace, monospace; margin: 1.5em 0 .3em; word-break: break-all; }
+h3 { font: 600 .95em ui-monospace, monospace; margin: 1.5em 0 .3em; }
 dl { display: grid; grid-template-columns: max-content 1fr; gap: .1em 1em; margin: .5em 0; }
 dt { color: #666; } dd { margin: 0; font-family: ui-monospace, monospace; }
 table { border-collapse: collapse; font-size: .9em; }
 th, td { padding: .25em .6em; border-bottom: 1px solid #ddd; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-td.test { font-family: ui-monospace, monospace; word-break: break-all; }
+td.test { font-family: ui-monospace, monospace; }
+td.test span, h3 span { white-space: nowrap; }
+.wide { overflow-x: auto; } figure { margin: 0; }
 .badge { display: inline-block; padding: .1em .6em; border-radius: 1em; color: #fff;
          margin-right: .4em; font-weight: 600; }
 .errors { color: #c62828; } img { max-width: 100%; } .note { color: #666; font-size: .9em; }
@@ -77,7 +86,8 @@ def render(document: dict[str, Any], baselines: Baselines | None = None) -> str:
 
     ``baselines`` (test id -> metric -> stored record, as in a baseline file's ``entries``)
     supplies the baseline samples to plot; the document itself carries only this run's samples
-    and the baseline medians. See :func:`stored_baselines`.
+    and the baseline medians (and, with --hpml-against, each process's value that a verdict
+    used, on both sides). See :func:`stored_baselines`.
     """
     figure_class = _figure_class()
     results = document["results"]
@@ -86,7 +96,7 @@ def render(document: dict[str, Any], baselines: Baselines | None = None) -> str:
         "<h2>Verdicts</h2>",
         _table(results),
         _changes(figure_class, results),
-        _samples(figure_class, results, baselines or {}),
+        _samples(figure_class, results, baselines or {}, bool(document.get("against"))),
     ]
     title = f"pytest-hpml benchmarks: {reports.headline(reports.counts(results))}"
     return (
@@ -175,10 +185,11 @@ def _fact(value: Any) -> str:
 
 
 def _table(results: list[dict[str, Any]]) -> str:
-    """The same rows as the terminal and Markdown tables, verdicts coloured, reasons added."""
+    """The same rows as the terminal and Markdown tables, verdicts coloured, reasons added;
+    scrolled sideways rather than squeezed where an id's part is wider than the page."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in reports.COLUMNS)
     body = ["<tr>" + "".join(_cells(row)) + "</tr>" for row in reports.rows(results)]
-    return f"<table><tr>{head}</tr>\n" + "\n".join(body) + "</table>"
+    return f"<div class='wide'><table><tr>{head}</tr>\n" + "\n".join(body) + "</table></div>"
 
 
 def _cells(row: dict[str, str]) -> list[str]:
@@ -187,10 +198,10 @@ def _cells(row: dict[str, str]) -> list[str]:
         value = html.escape(row[column])
         if column == "test" and len(row[column]) > LONG_ID:  # the whole id on hover
             full = html.escape(row[column], quote=True)
-            shown = html.escape(_short(row[column], LONG_ID))
+            shown = breakable(_short(row[column], LONG_ID))
             cells.append(f"<td class='test' title=\"{full}\">{shown}</td>")
         elif column == "test":
-            cells.append(f"<td class='test'>{value}</td>")
+            cells.append(f"<td class='test'>{breakable(row[column])}</td>")
         elif column == "metric":
             cells.append(f"<td>{value}</td>")
         elif column == "verdict":
@@ -202,6 +213,18 @@ def _cells(row: dict[str, str]) -> list[str]:
         else:
             cells.append(f"<td class='num'>{value}</td>")
     return cells
+
+
+# Where a test id may wrap: after a directory, after '::', before its parameters.
+_ID_BREAKS = re.compile(r"(?<=/)|(?<=::)|(?=\[)")
+
+
+def breakable(test: str) -> str:
+    """``test`` escaped, its parts unbreakable (``white-space: nowrap``) with a ``<wbr>``
+    between them: a narrow column wraps ``tests/test_case.py::test_case[cpu]`` only between
+    its parts, never inside a name as ``word-break: break-all`` did."""
+    parts = [part for part in _ID_BREAKS.split(test) if part]
+    return "<wbr>".join(f"<span>{html.escape(part)}</span>" for part in parts)
 
 
 def _png(figure: Any, alt: str) -> str:
@@ -282,11 +305,54 @@ def _legend(ax: Any, verdicts: set[str]) -> None:
     )
 
 
-# --- samples per benchmark -----------------------------------------------------------------
+# --- per benchmark: the values each verdict compared -----------------------------------------
 
 
-def _samples(figure_class: Any, results: list[dict[str, Any]], baselines: Baselines) -> str:
-    parts = []
+@dataclass(frozen=True)
+class Panel:
+    """What one panel draws: the values a verdict compared, in the metric's own unit.
+
+    The page embeds it beside the picture (the figure's ``data-values``), so that a reader or a
+    test can hold the picture against the table without reading pixels."""
+
+    metric: str
+    verdict: str
+    unit: str
+    statistic: str  # what each value is, and on which clock, as the verdict took it
+    clock: str
+    groups: dict[str, list[float]]  # x label -> values, left to right
+    paired: bool = False  # the i-th values of the two groups come from the i-th pair
+    medians: dict[str, list[float]] = field(default_factory=dict)  # group -> process medians
+    baseline: float | None = None  # the table's baseline and current
+    current: float | None = None
+    threshold: float | None = None
+    band: tuple[float, float] | None = None  # baseline +/- threshold: where current passes
+
+
+PAIRED_NOTE = (
+    "Head against base: each point is one process's value that the verdict used (the axis "
+    "names the statistic and the clock), base on the left, head on the right, a line joining "
+    "the two processes of a pair. Solid line: the base side's best, the table's baseline; "
+    "grey band: ± the threshold around it; coloured bar: the head side's best, the table's "
+    "current."
+)
+UNPAIRED_NOTE = (
+    "A panel without pairs (a benchmark new in head, or one too few pairs measured): the "
+    "head's samples on the wall clock, unjudged."
+)
+SAMPLES_NOTE = (
+    "Stored baselines: the baseline's samples, this run's, and this run's in the baseline's "
+    "units (scaled by the two runs' reference workload times, which is what is judged); "
+    "◆ the median of each process. Solid line: the baseline median; grey band: ± the "
+    "threshold; coloured bar: the current median. Points beyond the axis are counted at its "
+    "edge."
+)
+
+
+def _samples(
+    figure_class: Any, results: list[dict[str, Any]], baselines: Baselines, against: bool
+) -> str:
+    parts, panels = [], []
     for result in results:
         names = [
             n
@@ -295,43 +361,111 @@ def _samples(figure_class: Any, results: list[dict[str, Any]], baselines: Baseli
         ]
         if names and any(n in result["verdicts"] for n in names):
             stored = baselines.get(result["test"], {})
-            parts.append(_benchmark(figure_class, result, names, stored))
+            part, drawn = _benchmark(figure_class, result, names, stored)
+            parts.append(part)
+            panels += drawn
     if not parts:
         return ""
-    note = (
-        "<p class='note'>Each panel: the baseline's samples, this run's, and this run's in the "
-        "baseline's units (scaled by the two runs' reference workload times, which is what is "
-        "judged). Solid line: baseline median; dashed: ± threshold. Points beyond the axis "
-        "are counted at its edge.</p>"
-    )
-    return "<h2>Samples</h2>\n" + note + "\n" + "\n".join(parts)
+    notes = [PAIRED_NOTE] if any(p.paired for p in panels) else []
+    if not all(p.paired for p in panels):
+        notes.append(UNPAIRED_NOTE if against else SAMPLES_NOTE)
+    intro = "".join(f"<p class='note'>{html.escape(n)}</p>" for n in notes)
+    return "<h2>What was judged</h2>\n" + intro + "\n" + "\n".join(parts)
 
 
 def _benchmark(
     figure_class: Any, result: dict[str, Any], names: list[str], stored: Mapping[str, Any]
-) -> str:
-    """One figure per test, a panel per time or rate metric."""
-    figure = figure_class(figsize=(3.3 * len(names) + 0.4, 3.4), layout="constrained")
+) -> tuple[str, list[Panel]]:
+    """One figure per test, a panel per time or rate metric, its values in ``data-values``."""
+    figure = figure_class(figsize=(3.6 * len(names) + 0.4, 3.6), layout="constrained")
     axes = figure.subplots(1, len(names), squeeze=False)[0]
-    for ax, name in zip(axes, names):
-        _panel(ax, name, result, stored.get(name))
+    panels = [_panel(ax, name, result, stored.get(name)) for ax, name in zip(axes, names)]
     test = result["test"]
-    return f"<h3>{html.escape(test)}</h3>\n" + _png(figure, f"samples of {test}")
+    data = html.escape(json.dumps([dataclasses.asdict(p) for p in panels]), quote=True)
+    return (
+        f'<h3>{breakable(test)}</h3>\n<figure data-values="{data}">'
+        + _png(figure, f"values judged for {test}")
+        + "</figure>"
+    ), panels
 
 
-def _panel(ax: Any, name: str, result: dict[str, Any], base: Mapping[str, Any] | None) -> None:
+def _panel(ax: Any, name: str, result: dict[str, Any], base: Mapping[str, Any] | None) -> Panel:
+    """Draw one metric's panel; returns what it drew."""
+    shown = panel_values(name, result, base)
+    _draw(ax, shown)
+    return shown
+
+
+def panel_values(name: str, result: dict[str, Any], base: Mapping[str, Any] | None) -> Panel:
+    """The values behind one metric's verdict: with --hpml-against, each pair's two processes'
+    values as the verdict picked them (``sides``); else the pooled samples a stored baseline
+    is judged on, with the median of each process."""
     record, verdict = result["metrics"][name], result["verdicts"].get(name, {})
-    groups = _groups(record, base)
-    factor, unit = reports.scale(stats.median(next(iter(groups.values()))), record["unit"])
-    values = [[v / factor for v in vs] for vs in groups.values()]
-    low, high = _limits(values)
-    middle = verdict.get("baseline")
-    if middle is not None and verdict.get("threshold"):
-        middle /= factor
-        band = (middle * (1 - verdict["threshold"]), middle * (1 + verdict["threshold"]))
-        ax.axhline(middle, color="#444", linewidth=1)
-        for edge in band:
-            ax.axhline(edge, color="#444", linewidth=1, linestyle="--")
+    sides = _sides(verdict)
+    if sides:
+        groups, medians = {"base": sides[1], "head": sides[0]}, {}
+        statistic, clock = _statistic(record, verdict)
+    else:
+        runs = _groups(record, base)
+        groups = {label: _rounded(judge.pooled(r)) for label, r in runs.items()}
+        medians = {k: _rounded([stats.median(r["samples"]) for r in v]) for k, v in runs.items()}
+        medians = {k: v for k, v in medians.items() if len(v) > 1}  # one is the box's median
+        statistic, clock = "every sample", "the wall clock"
+    baseline, threshold = verdict.get("baseline"), verdict.get("threshold")
+    band = (
+        (baseline * (1 - threshold), baseline * (1 + threshold)) if baseline and threshold else None
+    )
+    return Panel(
+        name,
+        verdict.get("verdict", ""),
+        record["unit"],
+        statistic,
+        clock,
+        groups,
+        paired=bool(sides),
+        medians=medians,
+        baseline=baseline,
+        current=verdict.get("current"),
+        threshold=threshold,
+        band=band,
+    )
+
+
+def _sides(verdict: Mapping[str, Any]) -> tuple[list[float], list[float]] | None:
+    """Head's and base's per-process values of a head-against-base verdict, pair by pair, or
+    None (a stored-baseline verdict, or too few pairs to judge)."""
+    sides = verdict.get("sides")
+    if not isinstance(sides, Mapping):
+        return None
+    head, base = (list(sides.get(k) or ()) for k in ("head", "base"))
+    if not head or len(head) != len(base):
+        return None
+    return head, base
+
+
+def _statistic(record: Mapping[str, Any], verdict: Mapping[str, Any]) -> tuple[str, str]:
+    """The statistic and the clock of each process's value (verdict.paired.judge_paired)."""
+    pick = "highest" if per_second(record) else "fastest"
+    thread = THREAD_CLOCK in verdict.get("reason", "")
+    return f"{pick} sample of each process", (
+        "the measuring thread's CPU clock" if thread else "the wall clock"
+    )
+
+
+def _rounded(values: list[float]) -> list[float]:
+    """Six digits: what the page embeds, as the JSON report rounds a verdict's sides."""
+    return [float(f"{v:.6g}") for v in values]
+
+
+def _draw(ax: Any, shown: Panel) -> None:
+    groups = list(shown.groups.values())
+    factor, unit = reports.scale(stats.median(groups[0]), shown.unit)
+    values = [[v / factor for v in vs] for vs in groups]
+    low, high = (min(map(min, values)), max(map(max, values))) if shown.paired else _limits(values)
+    if shown.band:
+        band = (shown.band[0] / factor, shown.band[1] / factor)
+        ax.axhspan(*band, color="#e6e6e6", zorder=0)
+        ax.axhline(shown.baseline / factor, color="#444", linewidth=1, zorder=1)
         low, high = min(low, band[0]), max(high, band[1])
     # Noisy machines spread samples over decades: a log axis keeps the threshold band visible.
     log = low > 0 and high / low > 5
@@ -339,13 +473,53 @@ def _panel(ax: Any, name: str, result: dict[str, Any], base: Mapping[str, Any] |
         ax.set_yscale("log")
         _plain_ticks(ax.yaxis)
     limits = _pad(low, high, log)
-    _strips(ax, values, limits)
-    ax.set_xticks(range(1, len(groups) + 1), list(groups), fontsize=8)
+    if shown.paired:
+        _pairs(ax, values)
+    else:
+        _strips(ax, values, limits)
+        _medians(ax, shown, factor)
+    _current(ax, shown, factor)
+    ax.set_xticks(range(1, len(groups) + 1), list(shown.groups), fontsize=8)
+    ax.set_xlim(0.4, len(groups) + 0.6)
     ax.set_ylim(*limits)
-    ax.set_ylabel(_plain(unit or name), fontsize=8)
+    label = f"{unit or shown.metric}: {shown.statistic}\non {shown.clock}"
+    ax.set_ylabel(_plain(label), fontsize=8)
     ax.tick_params(axis="y", which="both", labelsize=8)
-    label = verdict.get("verdict", "")
-    ax.set_title(_plain(f"{name}: {label}"), fontsize=9, color=COLOURS.get(label, "#222"))
+    ax.set_title(_plain(_title(shown)), fontsize=9, color=COLOURS.get(shown.verdict, "#222"))
+
+
+def _title(shown: Panel) -> str:
+    """'time: regressed, 706 us -> 1.09 ms': the table's row, in short."""
+    title = f"{shown.metric}: {shown.verdict}" if shown.verdict else shown.metric
+    if shown.baseline is not None and shown.current is not None:
+        judged = {"baseline": shown.baseline, "current": shown.current}
+        title += f", {' -> '.join(reports.values(judged, shown.unit))}"
+    return title
+
+
+def _pairs(ax: Any, values: list[list[float]]) -> None:
+    """One line per pair of processes, base to head: a change all pairs share slopes alike."""
+    for base, head in zip(*values):
+        ax.plot([1, 2], [base, head], color="#9e9e9e", linewidth=0.8, zorder=2)
+    for x, side in enumerate(values, start=1):
+        ax.scatter([x] * len(side), side, s=16, color="#1f6fb4", linewidths=0, zorder=3)
+
+
+def _medians(ax: Any, shown: Panel, factor: float) -> None:
+    """Each process's median, beside its group's samples: the processes' spread is what the
+    verdict's second test weighs (stats.process_resolution)."""
+    for x, label in enumerate(shown.groups, start=1):
+        medians = [v / factor for v in shown.medians.get(label, ())]
+        ax.scatter([x + 0.3] * len(medians), medians, s=14, marker="D", color="#222", zorder=4)
+
+
+def _current(ax: Any, shown: Panel, factor: float) -> None:
+    """The table's current value: a bar in the verdict's colour over the group it sums up."""
+    if shown.current is None or shown.baseline is None:
+        return
+    x = list(shown.groups).index("head" if shown.paired else "current") + 1
+    colour = COLOURS.get(shown.verdict, "#222")
+    ax.hlines(shown.current / factor, x - 0.3, x + 0.3, color=colour, linewidth=2.5, zorder=2.5)
 
 
 def _plain_ticks(axis: Any) -> None:
@@ -382,21 +556,25 @@ def plain_number(x: float) -> str:
     return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
-def _groups(record: Mapping[str, Any], base: Mapping[str, Any] | None) -> dict[str, list[float]]:
-    """What to draw: baseline, current and, where both runs timed the reference workload,
-    current in the baseline's units (where a verdict judges them so: ``judge.judged``)."""
+def _groups(
+    record: Mapping[str, Any], base: Mapping[str, Any] | None
+) -> dict[str, list[Mapping[str, Any]]]:
+    """The process runs to draw: baseline, current and, where both runs timed the reference
+    workload, current in the baseline's units (where a verdict judges them so:
+    ``judge.judged``)."""
     current = judge.runs(record)
     if not base or not base.get("samples"):
-        return {"current": judge.pooled(current)}
+        return {"current": current}
     stored = judge.runs(base)
-    groups = {"baseline": judge.pooled(stored), "current": judge.pooled(current)}
+    groups = {"baseline": stored, "current": current}
     rate = per_second(record)
     samples = judge.judged(current, stored, rate)
-    normalized = samples.pooled()[0]
-    if normalized and samples.units:
+    if samples.pooled()[0] and samples.units:
         # Judged in reference units (stats.normalize); drawn in the baseline's units.
         unit = stats.median(judge.pooled(stored, "reference"))
-        groups["current\nnormalized"] = [s / unit if rate else s * unit for s in normalized]
+        groups["current\nnormalized"] = [
+            {"samples": [s / unit if rate else s * unit for s in run]} for run in samples.current
+        ]
     return groups
 
 

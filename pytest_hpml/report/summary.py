@@ -4,6 +4,7 @@ set the exit status, and the terminal summary."""
 from __future__ import annotations
 
 import shlex
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,7 @@ def write_reports(verdicts: Verdicts) -> None:
     chosen, root = verdicts.settings, verdicts.config.rootpath
     writers = (
         (chosen.report, files.write_json),
-        (chosen.report_md, files.write_markdown),
+        (chosen.report_md, partial(files.write_markdown, full_report=chosen.report)),
         (chosen.report_html, files.write_html),
     )
     made = None
