@@ -8,15 +8,19 @@ Times are judged at a 99% threshold: only the counts can fail these runs.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import re
 import shutil
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_hpml.bench import instructions
+from pytest_hpml.verdict.judge import OTHERS, explain
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -140,6 +144,8 @@ def test_a_planted_change_is_caught_and_attributed_to_its_function(project: Proj
     assert "instructions[one_worker]" not in loading
     assert all(c["value"] > 100_000 and c["calls"] >= 1 for c in counts.values()), counts
     assert all(c["waits"] <= instructions.WAITS_ALLOWED for c in counts.values()), counts
+    named = {f for c in counts.values() for f in c["detail"]["by"]}
+    assert not [f for f in named if re.match(r"0x[0-9a-f]+", f)], named  # no bare address
     assert stored["counted_on"].startswith(os.uname().machine)
 
     project.monkeypatch.setenv("PLANT", "1")
@@ -199,3 +205,71 @@ def test_against_base_counts_both_sides_in_the_same_job(project: Project) -> Non
     assert not list(project.path.glob("baselines/instructions-*.json"))
     assert "under valgrind:" not in result.stdout.str()
     assert "failed on the base side" not in result.stdout.str()
+
+
+# Two real dumps of one benchmark, each with /proc/self/maps as its process had it at the dump:
+# conv2d of a 1x8x16x16 input (ATen's own convolution, MKL's sgemm inside libtorch_cpu.so) and
+# of a 2x8x16x16 one (oneDNN's kernels, generated at run time), one call counted after two, under
+# --hpml-instructions. Process a ran it alone; process b after another conv benchmark, so that
+# oneDNN wrote its kernels elsewhere: at 0xca562000 in a, at 0xda9dd000 in b.
+DATA = Path(__file__).parent / "data"
+
+
+def profile(process: str) -> tuple[int, dict[str, int]]:
+    """The total and the functions' own instructions of process ``process``'s dump."""
+    with gzip.open(DATA / f"callgrind-conv-{process}.maps.gz", "rt") as maps:
+        files = instructions.mapped_files(maps)
+    with gzip.open(DATA / f"callgrind-conv-{process}.out.gz", "rt") as lines:
+        return instructions.parse(lines, files)
+
+
+def test_code_without_a_symbol_is_named_the_same_in_every_process() -> None:
+    """A function without a symbol is named by its object and offset, code generated at run
+    time is one entry, and the same code counted in two processes shows no change of its own."""
+    (total, first), (second_total, second) = profile("a"), profile("b")
+    # b's summary: line is wrapped below zero after the other benchmark's dump; totals: is right
+    assert (
+        (total, second_total)
+        == (sum(first.values()), sum(second.values()))
+        == (
+            857_438,
+            857_523,
+        )
+    )
+    assert not [name for name in {*first, *second} if re.match(r"0x[0-9a-f]+", name)]
+    # MKL's sgemm kernel: a symbol of size 0, which valgrind skips
+    assert first["libtorch_cpu.so+0xe1bcf70"] == second["libtorch_cpu.so+0xe1bcf70"] == 94_622
+    # oneDNN's four kernels as one, wherever each process wrote them
+    assert first[instructions.RUN_TIME_CODE] == second[instructions.RUN_TIME_CODE] == 303_042
+    # libpython's PLT stubs: outside the text callgrind read symbols of, found in the maps
+    assert first["libpython3.11.so.1.0+0xfa788"] == second["libpython3.11.so.1.0+0xfa788"] == 6
+    said = explain({"by": instructions.top(second, 1)}, {"by": instructions.top(first, 1)})
+    named = {part.rpartition(": ")[0] for part in said.split("; ") if " -> " in part}
+    # what differs is malloc's work, which depends on the heap each process left before
+    assert "_int_malloc" in named, said
+    assert all(first.get(name) != second.get(name) for name in named - {OTHERS}), said
+
+
+def test_a_file_mapped_in_pieces_counts_its_offsets_from_its_first_byte() -> None:
+    """A library's later segments may sit further from its first byte than their file offset
+    says (libtorch_cpu.so's data); a JIT's memfd and anonymous memory are no file."""
+    maps = [
+        "8cbf7000-8db6f000 r--p 00000000 fe:00 5449649    /lib/libtorch_cpu.so\n",
+        "8db6f000-9ebaf000 r-xp 00f78000 fe:00 5449649    /lib/libtorch_cpu.so\n",
+        "a1922000-a198e000 rw-p 14d2a000 fe:00 5449649    /lib/libtorch_cpu.so\n",
+        "ca562000-ca662000 rwxp 00000000 00:00 0\n",
+        "cb000000-cb001000 r-xp 00000000 00:01 77    /memfd:jit (deleted)\n",
+    ]
+    files = instructions.mapped_files(maps)
+    assert [mapped.base for mapped in files] == [0x8CBF7000] * 3
+
+    def key(address: int, section: str = "") -> str:
+        return instructions.function_key(f"{address:#018x}{section}", "???", files)
+
+    assert key(0x9ADB3F70) == "libtorch_cpu.so+0xe1bcf70"
+    assert key(0xA1922010, " [Data]") == "libtorch_cpu.so+0x14d2b010 [Data]"
+    assert key(0xCA562000) == key(0xCB000000) == instructions.RUN_TIME_CODE
+    # in an object callgrind read symbols of, its number is the offset already
+    assert instructions.function_key("0x0000000000f78030 [PLT]", "/lib/libc10.so") == (
+        "libc10.so+0xf78030 [PLT]"
+    )
