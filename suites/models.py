@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pytest_hpml.bench.fixture import torch_threads
+from pytest_hpml.hardware.torch_state import threads_set
 
 IMAGE_SHAPE = (3, 16, 16)
 CLASSES = 10
@@ -156,4 +156,4 @@ def book_batch(
     return images, labels
 
 
-threads = torch_threads  # torch's intra-op threads set inside a ``with``, restored after
+threads = threads_set  # torch's intra-op threads set inside a ``with``, restored after

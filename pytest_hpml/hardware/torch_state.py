@@ -11,10 +11,11 @@ is imported by none of this module's functions that a run without it calls.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import random
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any, Callable
 
@@ -26,6 +27,22 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 def thread_environment(count: int | None) -> dict[str, str]:
     """What a fresh process's environment needs for torch to start at ``count`` threads."""
     return {} if count is None else {name: str(count) for name in THREAD_VARIABLES}
+
+
+@contextlib.contextmanager
+def threads_set(count: int | None) -> Iterator[None]:
+    """torch's intra-op thread count (process-wide) set to ``count`` inside, put back after;
+    nothing where ``count`` is None or torch is not loaded."""
+    torch = sys.modules.get("torch")
+    if count is None or torch is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def seed_everything(seed: int) -> None:
