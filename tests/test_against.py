@@ -91,7 +91,10 @@ def test_a_slower_working_tree_regresses_against_its_commit(repo: Project) -> No
     assert table_verdicts(repo, result) == {"test_timed": "regressed", "test_counted": "regressed"}
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
-        ["hpml: 2 regressed; against: base * (HEAD) vs head * + changes, 3 pairs"]
+        [
+            "hpml: 2 regressed; against: base * (HEAD; Python *) vs head * + changes (Python *), "
+            "3 pairs"
+        ]
     )
     report = json.loads((repo.path / "r.json").read_text())
     assert report["against"]["revision"] == "HEAD"
@@ -172,7 +175,9 @@ def test_a_branch_name_is_a_revision(repo: Project) -> None:
     git(repo.path, "commit", "-qam", "twice the calls")
     result = repo.run("--hpml-against=before", *QUICK, "-k", "counted")
     assert table_verdicts(repo, result) == {"test_counted": "regressed"}
-    result.stdout.fnmatch_lines(["hpml: 1 regressed; against: base * (before) vs head *, 3 pairs"])
+    result.stdout.fnmatch_lines(
+        ["hpml: 1 regressed; against: base * (before; Python *) vs head * (Python *), 3 pairs"]
+    )
 
 
 # --- errors: one usage error, nothing left behind -------------------------------------------
