@@ -298,7 +298,9 @@ def _split(costs: list[list[float]], change: float, threshold: float, higher_is_
     if len(changes) < 2:
         return ""
     middle = median(changes)
-    if abs(math.log((1 + change) / (1 + middle))) <= threshold:  # the same change, within it
+    judged, seen = math.log1p(change), math.log1p(middle)
+    # the middle pair saw the same change: within the threshold, or half of a large one
+    if abs(judged - seen) <= max(threshold, abs(judged) / 2):
         return ""
     within = [c for c in changes if abs(c) <= threshold]
     beyond = [c for c in changes if abs(c) > threshold]
