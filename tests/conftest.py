@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -306,3 +307,25 @@ def tf32_flags() -> Iterator[None]:
 def no_cuda_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Hide every GPU from subprocess runs, so their outcome is the same on any machine."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
+def git(path: Path, *args: str) -> str:
+    """Run a real git command in ``path``; its output."""
+    done = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+def committed(project: Project, **files: str) -> Project:
+    """The inner project with ``files`` written (as ``makepyfile`` names them) and committed, as
+    a git repository: the base side of --hpml-against=HEAD."""
+    project.pytester.makepyfile(**files)
+    git(project.path, "init", "-q")
+    git(project.path, "add", "-A")
+    git(project.path, "commit", "-qm", "base")
+    return project

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.conftest import BENCH_TIME
+from tests.conftest import BENCH_TIME, committed, git
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -50,25 +50,10 @@ def test_counted(benchmark):
 QUICK = (BENCH_TIME, "--hpml-pairs=3")  # 3 pairs: the t test on 2 needs a 6.3-sigma change
 
 
-def git(path: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=path,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout
-
-
 @pytest.fixture
 def repo(project: Project) -> Project:
     """The inner project committed at SCALE = 1, as a git repository."""
-    project.pytester.makepyfile(work=WORK.format(scale=1), test_inner=TESTS)
-    git(project.path, "init", "-q")
-    git(project.path, "add", "-A")
-    git(project.path, "commit", "-qm", "base")
-    return project
+    return committed(project, work=WORK.format(scale=1), test_inner=TESTS)
 
 
 def worktrees(path: Path) -> list[str]:

@@ -186,7 +186,7 @@ def test_without_valgrind_one_line_says_so(project: Project) -> None:
 def test_against_base_counts_both_sides_in_the_same_job(project: Project) -> None:
     """With --hpml-against, one process under valgrind per side; the counts are judged
     against each other, with no stored baseline."""
-    from tests.test_against import git
+    from tests.conftest import git
 
     project.pytester.makepyfile(step=STEP, test_inner=TESTS)
     git(project.path, "init", "-q")

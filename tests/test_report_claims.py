@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_hpml.verdict import stats
-from tests.conftest import BENCH_TIME
-from tests.test_against import QUICK, TESTS, WORK, git
+from tests.conftest import BENCH_TIME, committed, git
+from tests.test_against import QUICK, TESTS, WORK
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -33,11 +33,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def repo(project: Project) -> Project:
-    project.pytester.makepyfile(work=WORK.format(scale=1), test_inner=TESTS)
-    git(project.path, "init", "-q")
-    git(project.path, "add", "-A")
-    git(project.path, "commit", "-qm", "base")
-    return project
+    return committed(project, work=WORK.format(scale=1), test_inner=TESTS)
 
 
 def header_lines(result: pytest.RunResult) -> list[str]:

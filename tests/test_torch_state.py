@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.conftest import BENCH_TIME
-from tests.test_against import git
+from tests.conftest import BENCH_TIME, committed
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -44,14 +43,6 @@ def test_case(benchmark):
 
     benchmark(call)
 """
-
-
-def committed(project: Project, **files: str) -> Project:
-    project.pytester.makepyfile(**files)
-    git(project.path, "init", "-q")
-    git(project.path, "add", "-A")
-    git(project.path, "commit", "-qm", "base")
-    return project
 
 
 def probed(path: Path) -> dict[str, set[int]]:

@@ -19,7 +19,23 @@ def tensors(value: Any) -> list[Any]:
     return []
 
 
-class StorageTracker(_compat.dispatch_mode_class()):  # type: ignore[misc]
+class Dispatching(_compat.dispatch_mode_class()):  # type: ignore[misc]
+    """A torch dispatch mode that hands every operator to :meth:`dispatch`."""
+
+    def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return func(*args, **kwargs)
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        return self.dispatch(func, args, kwargs or {})
+
+
+class StorageTracker(Dispatching):
     """Counts the bytes of tensor storages created by ops while active, freed ones subtracted.
 
     torch keeps one Python object per storage while it lives, so a weak reference to it says
@@ -43,15 +59,6 @@ class StorageTracker(_compat.dispatch_mode_class()):  # type: ignore[misc]
         out = func(*args, **kwargs)
         self.track(out)
         return out
-
-    def __torch_dispatch__(
-        self,
-        func: Any,
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        return self.dispatch(func, args, kwargs or {})
 
     def track(self, out: Any) -> None:
         """Count the storages of an operator's output that were not there before."""

@@ -18,7 +18,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from .. import _compat
-from .memory import StorageTracker, tensors
+from .memory import Dispatching, StorageTracker, tensors
 
 # Operators that make the host wait for the device's result, by what they are, so that they
 # show on a CPU runner too: the host needs their output's value or its size.
@@ -207,7 +207,7 @@ def operator_flops(
     return FlopKey(str(first.device), dtype, "conv" in func.name()), flops
 
 
-class FlopTally(_compat.dispatch_mode_class()):  # type: ignore[misc]
+class FlopTally(Dispatching):
     """Only the FLOPs of the operators dispatched while active, by :class:`FlopKey`: what the
     ``mfu`` metric needs in a process that does not count the work (Note [MFU])."""
 
@@ -216,14 +216,7 @@ class FlopTally(_compat.dispatch_mode_class()):  # type: ignore[misc]
         self.tally: Counter[FlopKey] = Counter()
         self._formulas = _compat.flop_formulas()
 
-    def __torch_dispatch__(
-        self,
-        func: Any,
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        kwargs = kwargs or {}
+    def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         out = func(*args, **kwargs)
         found = operator_flops(self._formulas, func, args, kwargs, out)
         if found is not None:
@@ -296,10 +289,10 @@ def _why(detail: dict[str, Any]) -> str:
     return f" ({', '.join(lines)})" if lines else ""
 
 
-# StorageTracker's __torch_dispatch__ as written, not as torch wrapped it (see count_work)
+# Dispatching's __torch_dispatch__ as written, not as torch wrapped it (see count_work)
 _Unguarded = _compat.unguarded_dispatch_mode(
-    WorkCounter, inspect.unwrap(StorageTracker.__torch_dispatch__)
+    WorkCounter, inspect.unwrap(Dispatching.__torch_dispatch__)
 )
 _UnguardedTally = _compat.unguarded_dispatch_mode(
-    FlopTally, inspect.unwrap(FlopTally.__torch_dispatch__)
+    FlopTally, inspect.unwrap(Dispatching.__torch_dispatch__)
 )
