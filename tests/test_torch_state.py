@@ -108,6 +108,9 @@ def test_counts_of_random_data_are_the_same_in_every_process(project: Project) -
     verdicts = json.loads(report.read_text())["results"][0]["verdicts"]
     counted = {name: v for name, v in verdicts.items() if name != "time"}
     assert counted["allocated_bytes"]["verdict"] == "pass", counted["allocated_bytes"]
+    states = verdicts["time"]["states"]  # each side's torch state, as its processes read it
+    assert states["head"] == states["base"]
+    assert [s["threads"] for s in states["head"]] == [1]
     assert {v["verdict"] for v in counted.values()} == {"pass"}, counted
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
 

@@ -302,6 +302,8 @@ def with_states(
     torch states says so; at different thread counts it is no verdict on the code (Note
     [Torch state])."""
     states = {name: [r.get("state") or {} for r in side] for name, side in sides.items()}
+    distinct = {name: _distinct(found) for name, found in states.items() if any(found)}
+    result = dataclasses.replace(result, states=distinct or None)
     found = torch_state.differences(states)
     if not found:
         return _with_reason(result, _not_asked([s for side in states.values() for s in side]))
@@ -344,6 +346,15 @@ def threshold_said(
 
 def _percent(fraction: float) -> str:
     return f"{fraction * 100:.3g}%"
+
+
+def _distinct(states: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The different states among a side's processes, in the order first seen."""
+    found: list[dict[str, Any]] = []
+    for state in states:
+        if state and dict(state) not in found:
+            found.append(dict(state))
+    return found
 
 
 def _not_asked(states: Sequence[Mapping[str, Any]]) -> str:

@@ -118,6 +118,8 @@ class Comparison:
     raw_change: float | None = None  # before normalization by the reference, when it applies
     pairs: tuple[float, ...] | None = None  # --hpml-against: head/base ratio of each pair
     sides: dict[str, tuple[float, ...]] | None = None  # --hpml-against: each process's value
+    # torch's state each side measured in, its distinct ones (Note [Torch state])
+    states: dict[str, list[dict[str, Any]]] | None = None
 
 
 def compare_samples(
