@@ -610,6 +610,9 @@ def test_a_count_that_varies_within_a_side_passes_within_its_spread() -> None:
     assert "varies between the processes of a side" in result.reason
     steady = count_pairs([1_653_132, 1_653_132], [1_652_824, 1_652_824])
     assert judge_paired(steady[0][0], steady, threshold=0.06).verdict == stats.REGRESSED
+    # a value measured, not counted, recorded within its tolerance: moving is expected
+    measured = [({**h, "tolerance": 0.1}, {**b, "tolerance": 0.1}) for h, b in pairs]
+    assert "varies" not in judge_paired(measured[0][0], measured, threshold=0.06).reason
 
 
 def with_state(record: dict[str, Any], **state: Any) -> dict[str, Any]:
