@@ -46,17 +46,12 @@ def threads_set(count: int | None) -> Iterator[None]:
 
 
 def seed_everything(seed: int) -> None:
-    """Seed random, numpy (when installed) and torch (all devices)."""
-    random.seed(seed)
-    try:
-        import numpy
-    except ImportError:
-        pass
-    else:
-        numpy.random.seed(seed)
-    import torch
+    """Seed random, numpy (when installed) and torch (all devices), importing them."""
+    with contextlib.suppress(ImportError):
+        import numpy  # noqa: F401
+    import torch  # noqa: F401
 
-    torch.manual_seed(seed)
+    seed_loaded(seed)
 
 
 def seed_loaded(seed: int) -> None:
@@ -68,6 +63,10 @@ def seed_loaded(seed: int) -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.manual_seed(seed)
+
+
+# What a benchmark record keeps of torch's state (:func:`observed`), and compares.
+STATE_KEYS = ("threads", "grad", "dtype", "matmul", "deterministic")
 
 
 def observed() -> dict[str, Any]:
@@ -89,7 +88,7 @@ def differences(sides: dict[str, Sequence[dict[str, Any]]]) -> list[str]:
     sides, or within one: ``threads: base 1, head 2``. Processes that recorded no state (a
     pure-Python benchmark, a record of an older version) are left out."""
     found = []
-    for key in ("threads", "grad", "dtype", "matmul", "deterministic"):
+    for key in STATE_KEYS:
         seen = {
             name: sorted({str(s[key]) for s in states if s and key in s})
             for name, states in sides.items()
@@ -124,9 +123,9 @@ class TorchState:
         if torch is not None:
             self._apply(torch)
         else:  # the test imports torch itself: apply then, before its own settings
-            self._hook = _AfterImport("torch", self._apply)
+            self._hook = _AfterImport("torch", self._imported)
             sys.meta_path.insert(0, self._hook)
-        seed_loaded(self.seed)
+        seed_loaded(self.seed)  # torch too, where loaded
 
     def reseed(self) -> None:
         seed_loaded(self.seed)
@@ -148,10 +147,14 @@ class TorchState:
             self._saved.append(lambda: numpy.random.set_state(numpy_state))
 
     def _apply(self, torch: ModuleType) -> None:
-        """Save torch's state, then set the thread count and seed it."""
+        """Save torch's state, then set the thread count."""
         self._saved.append(_torch_restorer(torch))
         if self.threads is not None:
             torch.set_num_threads(self.threads)
+
+    def _imported(self, torch: ModuleType) -> None:
+        """torch arrived during the test: as :meth:`start` does where it was loaded."""
+        self._apply(torch)
         torch.manual_seed(self.seed)
 
 

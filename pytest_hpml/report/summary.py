@@ -157,14 +157,15 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
             reporter.write_line(f"  {line}")
     summary = ", ".join(f"{n} {v}" for v, n in text.counts(results).items())
     against = verdicts.against
+    block = _against(verdicts)
     judged_by = (
-        f"against: {text.sides(_against(verdicts))}"
-        if against is not None
+        f"against: {text.sides(block)}"
+        if block is not None
         else f"baselines: {verdicts.directory} ({verdicts.duty.baseline})"
     )
     reporter.write_line(f"hpml: {summary or 'no metrics'}; {judged_by}")
-    if against is not None:
-        reporter.write_line(f"hpml: {text.differs(_against(verdicts))}")
+    if block is not None:
+        reporter.write_line(f"hpml: {text.differs(block)}")
     for test, name, v in verdicts.regressed:
         line = f"hpml: REGRESSED {test} {name}: {text.describe(v, verdicts.unit(test, name))}"
         reporter.write_line(line, red=True)

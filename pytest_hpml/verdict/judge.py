@@ -278,7 +278,7 @@ def judge_samples(
     raw_base = stats.median(pooled(stored))
     raw_current = _median(pooled(current))
     if not samples.units:
-        reason = "; ".join(r for r in (result.reason, samples.why_raw) if r)
+        reason = joined(result.reason, samples.why_raw)
         result = dataclasses.replace(result, baseline=raw_base, current=raw_current, reason=reason)
         if all(r.get("reference") for r in [*current, *stored]):
             units = _units_change(current, stored, metrics.per_second(record))
@@ -315,7 +315,7 @@ def with_states(
         return _with_reason(result, said)
     said += " (a time at another thread count measures another thing: set --hpml-threads)"
     return dataclasses.replace(
-        result, verdict=stats.INCONCLUSIVE, confidence=None, reason=_joined(result.reason, said)
+        result, verdict=stats.INCONCLUSIVE, confidence=None, reason=joined(result.reason, said)
     )
 
 
@@ -341,7 +341,7 @@ def threshold_said(
             return result
         origin = record.get("tolerance_from") or "the metric's record"
         said = f"within a tolerance of {_percent(used)} from {origin} (counts are otherwise exact)"
-    return dataclasses.replace(result, reason=_joined(result.reason, said))
+    return dataclasses.replace(result, reason=joined(result.reason, said))
 
 
 def _percent(fraction: float) -> str:
@@ -369,14 +369,15 @@ def _not_asked(states: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def _joined(*reasons: str | None) -> str:
+def joined(*reasons: str | None) -> str:
+    """A verdict's reasons, those given, in one."""
     return "; ".join(r for r in reasons if r)
 
 
 def _with_reason(result: stats.Comparison, reason: str) -> stats.Comparison:
     if not reason:
         return result
-    return dataclasses.replace(result, reason="; ".join(r for r in (result.reason, reason) if r))
+    return dataclasses.replace(result, reason=joined(result.reason, reason))
 
 
 def _both_show(
@@ -398,7 +399,7 @@ def _both_show(
     return dataclasses.replace(
         result,
         verdict=stats.INCONCLUSIVE,
-        reason="; ".join(r for r in (result.reason, reason) if r),
+        reason=joined(result.reason, reason),
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..bench import metrics
 from . import stats
-from .judge import busy, judge_count, with_states
+from .judge import busy, joined, judge_count, with_states
 
 
 def judge_paired(
@@ -78,7 +78,7 @@ def judge_paired(
     why = busy([*head, *base])
     notes = [shown.reason, THREAD_CLOCK if clock == "cpu_samples" else ""]
     notes.append(f"measured on a busy machine: {why}" if why else "")
-    shown = dataclasses.replace(shown, reason="; ".join(r for r in notes if r))
+    shown = dataclasses.replace(shown, reason=joined(*notes))
     return with_states(shown, {"base": base, "head": head})
 
 
@@ -105,7 +105,7 @@ def varying(
     overlap = max(map(min, sides)) <= min(map(max, sides))
     if overlap and result.verdict in (stats.REGRESSED, stats.IMPROVED):
         return dataclasses.replace(result, verdict=stats.PASS, reason=reason)
-    return dataclasses.replace(result, reason="; ".join(r for r in (result.reason, reason) if r))
+    return dataclasses.replace(result, reason=joined(result.reason, reason))
 
 
 def rule(processes: int) -> str:
