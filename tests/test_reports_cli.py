@@ -708,12 +708,13 @@ def test_sum(benchmark):
 def test_plugin_writes_the_html_report(project: Project) -> None:
     project.write_tests(BENCH)
     assert project.run("--hpml-baseline=update", "--hpml-bench-time=0.05").ret == 0
-    project.run(
+    result = project.run(
         "--hpml-bench-time=0.05",
         "--hpml-report=r.json",
         "--hpml-report-html=r.html",
         "--hpml-report-md=r.md",
     )
+    assert (project.path / "r.html").exists(), result.stdout.str() + result.stderr.str()
     page = (project.path / "r.html").read_text()
     assert len(IMG.findall(page)) == 2  # the changes, the samples of test_sum
     assert "test_inner.py::test_sum" in page

@@ -105,6 +105,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         self.uncounted: dict[str, str] = {}  # instruction metric -> why it was not counted
         self.no_peak: str | None = None  # why a step with FLOPs has no mfu (Note [MFU])
         self._expected: dict[str | None, dict[str, float]] = {}  # variant -> bounds
+        self.accepted: dict[str, dict[str, str]] = {}  # metric -> change and reason
         self.metrics = {}
         self.superseded = superseded(fixture, plan)
         return self
@@ -171,6 +172,23 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         self._expected.setdefault(variant, {}).update(bounds)
         if self._counted:
             self._check_expected()
+        return self
+
+    def expect_change(self, reason: str, **changes: str | int) -> HpmlBenchmark:
+        """Accept, in the change itself, that metrics of this benchmark grow:
+        ``benchmark.expect_change("exact GELU for accuracy", ops="+2", time="+15%")``. A metric
+        that grows by at most that much (relative with ``%``, else per call) is ``accepted``
+        with ``reason`` instead of failing the run; beyond it, it fails as before. Names are the
+        metrics' (``time``, ``instructions``, ``syncs``, ``flops_float32`` for
+        ``flops[float32]``; a name covers its variants). Once the base has the change, the
+        report says it did not happen: drop the call then (Note [Accepted changes])."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise TypeError("expect_change() needs a reason: what the change adds, and why")
+        if not changes:
+            raise TypeError("expect_change() names no metric: e.g. ops='+2' or time='+15%'")
+        for key, name in metrics.accepted_names(changes).items():
+            amount = metrics.parse_amount(key, changes[key])
+            self.accepted[name] = {"change": str(amount), "reason": reason.strip()}
         return self
 
     def cite(self, name: str, value: float, source: str) -> None:

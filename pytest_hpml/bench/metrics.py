@@ -13,9 +13,10 @@ verdict layer (:mod:`pytest_hpml.verdict.judge`), or a ``pytest_hpml_judge_metri
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 Record = dict[str, Any]  # a metric record in its plain-dict form
 
@@ -191,3 +192,36 @@ WORK_UNITS = {
 def is_work_counter(name: str) -> bool:
     """Whether a metric is one of the work counters every benchmark records."""
     return name.partition("[")[0] in WORK_UNITS or name.startswith("flops[")  # syncs[bf16]
+
+
+_AMOUNT = re.compile(r"\+?(\d+(?:\.\d+)?)(%?)")
+
+
+class Amount(NamedTuple):
+    """How much a metric may grow: relative (``+15%``) or by a count per call (``+2``)."""
+
+    value: float
+    relative: bool
+
+    def __str__(self) -> str:
+        return f"+{self.value:g}%" if self.relative else f"+{self.value:g}"
+
+
+def parse_amount(name: str, amount: Any) -> Amount:
+    """``"+15%"``, ``"+2"`` or an int; a TypeError naming ``name`` otherwise."""
+    text = str(amount).strip() if isinstance(amount, (str, int)) else ""
+    found = _AMOUNT.fullmatch(text) if not isinstance(amount, bool) else None
+    if found is None:
+        raise TypeError(
+            f"expect_change({name}={amount!r}): give how much it may grow, as '+15%' (relative) "
+            "or '+2' (per call)"
+        )
+    return Amount(float(found.group(1)), bool(found.group(2)))
+
+
+def accepted_names(changes: Mapping[str, Any]) -> dict[str, str]:
+    """A test's keyword names as metric names: ``flops_float32`` is ``flops[float32]``."""
+    return {
+        key: f"flops[{key[len('flops_') :]}]" if key.startswith("flops_") else key
+        for key in changes
+    }

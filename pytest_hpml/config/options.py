@@ -24,6 +24,7 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 MAX_AUTO_WORKERS = 8
 MAX_WORKERS = 256  # more DataLoader workers than this is a typo, not a plan
 BASELINE_MODES = ("compare", "update", "append", "off")
+COUNTER_POLICIES = ("classes", "strict")  # Note [Counter policy]
 
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 _BACKEND = re.compile(r"[A-Za-z_][\w.]*")
@@ -138,6 +139,14 @@ def parse_baseline_mode(value: str) -> str:
     value = value.strip().lower()
     if value not in BASELINE_MODES:
         raise _bad("baseline mode", value, ", ".join(BASELINE_MODES))
+    return value
+
+
+def parse_counter_policy(value: str) -> str:
+    """classes or strict."""
+    value = value.strip().lower()
+    if value not in COUNTER_POLICIES:
+        raise _bad("counter policy", value, ", ".join(COUNTER_POLICIES))
     return value
 
 
@@ -496,6 +505,17 @@ OPTIONS: tuple[Option, ...] = (
         flag=True,
     ),
     Option(
+        "counters",
+        "counters",
+        "which grown work counters fail a judging run: classes (host syncs, copies between "
+        "devices, host tensors and FLOPs on any increase; operators, allocations and saved "
+        "tensors only beyond --hpml-threshold, else shown as changed: Note [Counter policy]) "
+        "or strict (any increase fails)",
+        parse_counter_policy,
+        "classes",
+        "POLICY",
+    ),
+    Option(
         "peak-flops",
         "peak_flops",
         "the dense peak FLOP/s (989e12: an H100 SXM in bf16) that every benchmark's mfu metric "
@@ -573,6 +593,7 @@ class Settings(NamedTuple):
     processes: int
     record_processes: int
     instructions: bool
+    counters: str
     peak_flops: float | None  # None: the hook's, or the table's
     machine: str
     report: str
@@ -673,6 +694,7 @@ BENCHMARK_OPTIONS = (
     "processes",
     "record_processes",
     "instructions",
+    "counters",
     "peak_flops",
     "machine",
     "report",

@@ -121,7 +121,7 @@ class Block:
 
 _TABLE_HEAD = "| " + " | ".join(MARKDOWN_COLUMNS) + " |"
 _TABLE_RULE = "|" + "---|" * len(MARKDOWN_COLUMNS)
-NEEDS_A_LOOK = (stats.REGRESSED, stats.IMPROVED, stats.INCONCLUSIVE)
+NEEDS_A_LOOK = (stats.REGRESSED, stats.ACCEPTED, stats.IMPROVED, stats.INCONCLUSIVE, stats.CHANGED)
 
 
 def markdown(document: dict[str, Any], full_report: str | Path | None = None) -> str:

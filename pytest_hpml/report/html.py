@@ -40,6 +40,8 @@ COLOURS = {
     stats.NO_BASELINE: "#9e9e9e",
     stats.RECORDED: "#607d8b",
     stats.NEW: "#00897b",
+    stats.CHANGED: "#8d6e63",
+    stats.ACCEPTED: "#7b1fa2",
 }
 LONG_ID = 160  # characters of a test id shown in the table; longer ones are cut in the middle
 INSTALL_HINT = "pip install matplotlib (pytest-hpml's 'report' extra)"

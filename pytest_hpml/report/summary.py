@@ -166,9 +166,10 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
     reporter.write_line(f"hpml: {summary or 'no metrics'}; {judged_by}")
     if block is not None:
         reporter.write_line(f"hpml: {text.differs(block)}")
-    for test, name, v in verdicts.regressed:
-        line = f"hpml: REGRESSED {test} {name}: {text.describe(v, verdicts.unit(test, name))}"
-        reporter.write_line(line, red=True)
+    for verdict, label, colour in SPELLED_OUT:
+        for test, name, v in verdicts.having(verdict):
+            line = f"hpml: {label} {test} {name}: {text.describe(v, verdicts.unit(test, name))}"
+            reporter.write_line(line, **{colour: True})
     improved = sorted({r["test"] for r in results if _has(r, stats.IMPROVED)})
     if improved and against is None:
         reporter.write_line(
@@ -195,6 +196,15 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
         reporter.write_line(f"hpml: baselines recorded in {path}")
     for error in verdicts.errors:
         reporter.write_line(f"hpml: ERROR {error}", red=True)
+
+
+# Verdicts given a line each in the summary, with what they mean for the run: a regression
+# fails it; an accepted change or a grown count that its class allows does not, but is shown.
+SPELLED_OUT = (
+    (stats.REGRESSED, "REGRESSED", "red"),
+    (stats.ACCEPTED, "accepted (not failing)", "yellow"),
+    (stats.CHANGED, "changed (not failing)", "yellow"),
+)
 
 
 def _instructions(reporter: Any, verdicts: Verdicts) -> None:

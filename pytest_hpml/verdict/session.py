@@ -24,7 +24,7 @@ from ..config import markers
 from ..config.options import Settings
 from ..config.role import Duty, duty, is_controller, settings
 from ..hardware import fingerprint
-from . import baselines, paired, stats
+from . import baselines, paired, policy, stats
 from .judge import busy, runs, threshold_said
 
 MAX_STORED_SAMPLES = 400
@@ -134,7 +134,7 @@ class Verdicts:
         for result in self.results:
             if result["test"] in pooled_tests:
                 result["verdicts"] = self.judge(
-                    result["test"], result["metrics"], result["threshold"]
+                    result["test"], result["metrics"], result["threshold"], result.get("accepted")
                 )
 
     @property
@@ -160,6 +160,7 @@ class Verdicts:
             for name, record in result["metrics"].items():
                 verdict = self._against(result, name, record, on_base)
                 verdict = threshold_said(verdict, record, self.settings.threshold)
+                verdict = self.settle(verdict, name, result.get("accepted"))
                 result["verdicts"][name] = dataclasses.asdict(verdict)
         on_head = found.collected.get("head")
         if on_base is not None and on_head is not None:
@@ -202,7 +203,10 @@ class Verdicts:
         for result in self.results:
             found = counted.get(result["test"], {})
             result["metrics"].update(found)
-            result["verdicts"].update(self.judge(result["test"], found, result["threshold"]))
+            verdicts = self.judge(
+                result["test"], found, result["threshold"], result.get("accepted")
+            )
+            result["verdicts"].update(verdicts)
 
     def busy_benchmarks(self) -> dict[str, str]:
         """The benchmarks whose runs here show a busy machine, and how (Note [Busy machine])."""
@@ -235,8 +239,15 @@ class Verdicts:
         self.demoted = stats.session_wide(tested)
         self.tested = sum(v.get("confidence") is not None for v in tested)
 
-    def judge(self, test: str, metrics: dict[str, Any], threshold: float) -> dict[str, Any]:
-        """Verdicts for every metric of one test (all ``no-baseline`` when mode is off)."""
+    def judge(
+        self,
+        test: str,
+        metrics: dict[str, Any],
+        threshold: float,
+        accepted: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Verdicts for every metric of one test (all ``no-baseline`` when mode is off);
+        ``accepted``: the changes the test accepts (``benchmark.expect_change``)."""
         verdicts = {}
         for name, record in metrics.items():
             # recording judges nothing: what it replaces is not what the next run is judged by
@@ -254,8 +265,17 @@ class Verdicts:
                 comparison = dataclasses.replace(comparison, verdict=stats.RECORDED)
             else:
                 comparison = threshold_said(comparison, record, self.settings.threshold)
+                comparison = self.settle(comparison, name, accepted)
             verdicts[name] = dataclasses.asdict(comparison)
         return verdicts
+
+    def settle(
+        self, comparison: stats.Comparison, name: str, accepted: dict[str, Any] | None
+    ) -> stats.Comparison:
+        """The verdict that counts for the run, by the counter policy and the test's accepted
+        changes (Note [Counter policy], Note [Accepted changes])."""
+        strict = self.settings.counters == "strict"
+        return policy.settle(comparison, name, accepted, strict)
 
     def payload(self, item: pytest.Item) -> dict[str, Any] | None:
         """What travels in a passed benchmark's report: metrics, threshold, verdicts, new
@@ -266,12 +286,20 @@ class Verdicts:
         chosen = markers.bench_settings(item.get_closest_marker("hpml_bench"))
         threshold = chosen.threshold or self.settings.threshold
         known = len(self.errors)
-        verdicts = self.judge(item.nodeid, bench.metrics, threshold)
+        accepted = getattr(bench, "accepted", {})
+        unknown = policy.unmatched(accepted, bench.metrics)
+        if unknown:
+            self.errors.append(
+                f"{item.nodeid}: expect_change names {', '.join(unknown)}, which this benchmark "
+                f"does not record; it records {', '.join(sorted(bench.metrics))}"
+            )
+        verdicts = self.judge(item.nodeid, bench.metrics, threshold, accepted)
         return {
             "test": item.nodeid,
             "threshold": threshold,
             "metrics": bench.metrics,
             "verdicts": verdicts,
+            "accepted": accepted,
             "errors": self.errors[known:],
             "notes": getattr(bench, "superseded", []),
             "work_seconds": getattr(bench, "work_seconds", 0.0),
@@ -290,11 +318,15 @@ class Verdicts:
 
     @property
     def regressed(self) -> list[tuple[str, str, dict[str, Any]]]:
+        return self.having(stats.REGRESSED)
+
+    def having(self, verdict: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """(test, metric, verdict) of every metric judged ``verdict``."""
         return [
             (r["test"], name, v)
             for r in self.results
             for name, v in r["verdicts"].items()
-            if v["verdict"] == stats.REGRESSED
+            if v["verdict"] == verdict
         ]
 
     @property

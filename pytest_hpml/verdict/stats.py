@@ -19,7 +19,10 @@ NO_BASELINE = "no-baseline"
 INCONCLUSIVE = "inconclusive"
 RECORDED = "recorded"  # --hpml-baseline=update/append: measured and stored, not judged
 NEW = "new"  # --hpml-against: a benchmark the base revision does not have
-VERDICTS = (PASS, REGRESSED, IMPROVED, NO_BASELINE, INCONCLUSIVE, RECORDED, NEW)
+# a work counter grown within what its class may grow without failing (Note [Counter policy])
+CHANGED = "changed"
+ACCEPTED = "accepted"  # grown within what the change accepts (benchmark.expect_change)
+VERDICTS = (PASS, REGRESSED, IMPROVED, NO_BASELINE, INCONCLUSIVE, RECORDED, NEW, CHANGED, ACCEPTED)
 
 MIN_SAMPLES = 5
 ALPHA = 0.01

@@ -1,0 +1,106 @@
+"""Which verdicts fail a run: the counter policy, and the changes a pull request accepts.
+
+A judge says how a metric moved; this module says what that means for the run. A work counter
+of a *cost* class (host syncs, copies between devices, tensors built from Python data, FLOPs,
+graph breaks) fails on any increase: each costs time on a GPU even where a CPU runner cannot
+see it. One of a *size* class (operators, allocations, tensors saved for backward) fails only
+beyond a share of 5%; within it, it is ``changed``, shown and not failing, since a few
+more views or allocations may cost nothing (Note [Counter policy]). ``--hpml-counters=strict``
+fails every increase. A change the test accepts (``benchmark.expect_change``) is ``accepted``,
+with its reason, up to the amount it names (Note [Accepted changes]).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from ..bench import metrics
+from . import stats
+from .judge import joined
+
+# Work counters that may grow by up to SIZE_GROWTH without failing the run (Note [Counter
+# policy]); every other count, a project's own included, fails on any increase.
+SIZE = ("ops", "allocations", "allocated_bytes", "saved_tensors", "saved_bytes")
+# How much a size counter may grow without failing: its own share, not the time threshold (a
+# team that widens that for a noisy runner must not loosen the counts that noise cannot move).
+SIZE_GROWTH = 0.05
+
+
+def counter_class(name: str) -> str:
+    """``size`` or ``cost``: how a work counter ``name`` (``ops``, ``syncs[bf16]``) is judged."""
+    return "size" if name.partition("[")[0] in SIZE else "cost"
+
+
+def settle(
+    comparison: stats.Comparison,
+    name: str,
+    accepted: Mapping[str, Mapping[str, str]] | None,
+    strict: bool,
+) -> stats.Comparison:
+    """The verdict that counts for the run: a size counter's growth within SIZE_GROWTH is
+    ``changed`` unless ``strict``; a growth the test accepted is ``accepted``."""
+    comparison = _by_class(comparison, name, strict)
+    said = _accepted_for(name, accepted or {})
+    return comparison if said is None else _accept(comparison, said)
+
+
+def _by_class(comparison: stats.Comparison, name: str, strict: bool) -> stats.Comparison:
+    if comparison.verdict != stats.REGRESSED or not metrics.is_work_counter(name):
+        return comparison
+    if counter_class(name) != "size" or comparison.change is None:
+        return comparison
+    if strict:
+        reason = "any change fails with --hpml-counters=strict"
+        return dataclasses.replace(comparison, reason=joined(comparison.reason, reason))
+    if comparison.change > SIZE_GROWTH:
+        reason = (
+            f"more than the {SIZE_GROWTH:.0%} a count of operators or memory may grow without "
+            "failing (Note [Counter policy])"
+        )
+        return dataclasses.replace(comparison, reason=joined(comparison.reason, reason))
+    reason = (
+        f"within the {SIZE_GROWTH:.0%} a count of operators or memory may grow without failing "
+        "(Note [Counter policy]; --hpml-counters=strict fails it)"
+    )
+    return dataclasses.replace(
+        comparison, verdict=stats.CHANGED, reason=joined(comparison.reason, reason)
+    )
+
+
+def _accepted_for(name: str, accepted: Mapping[str, Mapping[str, str]]) -> Mapping[str, str] | None:
+    """What the test accepted for ``name``, or for all its variants (``syncs`` for
+    ``syncs[bf16]``)."""
+    return accepted.get(name) or accepted.get(name.partition("[")[0])
+
+
+def _allows(amount: metrics.Amount, comparison: stats.Comparison) -> bool:
+    """Whether the change judged is within ``amount``."""
+    if amount.relative:
+        return comparison.change is not None and comparison.change <= amount.value / 100
+    if comparison.current is None or comparison.baseline is None:
+        return False
+    return comparison.current - comparison.baseline <= amount.value
+
+
+def _accept(comparison: stats.Comparison, said: Mapping[str, str]) -> stats.Comparison:
+    amount = metrics.parse_amount("", said["change"])
+    why = f"expect_change({amount}): {said['reason']}"
+    if comparison.verdict in (stats.REGRESSED, stats.CHANGED):
+        if _allows(amount, comparison):
+            reason = joined(comparison.reason, f"accepted by {why}")
+            return dataclasses.replace(comparison, verdict=stats.ACCEPTED, reason=reason)
+        reason = joined(comparison.reason, f"beyond what {why} accepts")
+        return dataclasses.replace(comparison, reason=reason)
+    if comparison.verdict in (stats.PASS, stats.IMPROVED):
+        reason = f"{why} did not happen here (drop it once the base has the change)"
+        return dataclasses.replace(comparison, reason=joined(comparison.reason, reason))
+    return comparison
+
+
+def unmatched(accepted: Mapping[str, Any], recorded: Mapping[str, Any]) -> list[str]:
+    """The names a test's ``expect_change`` gives that none of its metrics has (instructions
+    are counted later, in their own process, and always match)."""
+    known = {*recorded, *(name.partition("[")[0] for name in recorded), "instructions"}
+    return sorted(name for name in accepted if name not in known)

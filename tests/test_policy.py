@@ -1,0 +1,219 @@
+"""Which changed counts fail a run (Note [Counter policy]) and how a change accepts what it
+adds (Note [Accepted changes]): a real training step, its counts recorded with nothing
+changed, then judged with one change made by ``CHANGE``. Times are judged at a 99% threshold
+where only the counts are under test: counts do not depend on how busy the machine is.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from tests.conftest import Project
+
+STEP = """
+import os
+
+import torch
+
+CHANGE = os.environ.get("CHANGE", "")
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
+    torch.nn.Linear(64, 4),
+)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=False)
+inputs, labels = torch.randn(16, 32), torch.randint(0, 4, (16,))
+logged = []
+
+
+def train_step():
+    optimizer.zero_grad()
+    x = inputs.view(16, 32) if CHANGE == "view" else inputs  # one more view: costs nothing
+    loss = torch.nn.functional.cross_entropy(model(x), labels)
+    loss.backward()
+    optimizer.step()
+    for _ in range({"item": 1, "two_items": 2}.get(CHANGE, 0)):  # a sync, to log the loss
+        logged.append(loss.item())
+    if CHANGE == "per_sample":  # the loss once more, sample by sample: many more operators
+        logged.append([float(torch.nn.functional.cross_entropy(model(x[i:i + 1]), labels[i:i + 1]))
+                       for i in range(4)])
+"""
+
+TEST = """
+import os
+
+from step import train_step
+
+
+def test_train_step(benchmark):
+    if os.environ.get("ACCEPT"):
+        benchmark.expect_change(os.environ["ACCEPT_REASON"], **eval(os.environ["ACCEPT"]))
+    benchmark(train_step)
+"""
+TRAIN = "test_inner.py::test_train_step"
+ONLY_COUNTS = ("--hpml-threshold=99%", "--hpml-report=r.json")
+
+
+@pytest.fixture
+def step(project: Project) -> Project:
+    """The inner project with the step's counts recorded, nothing changed."""
+    project.pytester.makepyfile(step=STEP, test_inner=TEST)
+    result = project.bench("--hpml-baseline=update")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    return project
+
+
+def judged(project: Project) -> dict[str, dict[str, Any]]:
+    """metric -> verdict of the step, from the JSON report."""
+    report = json.loads((project.path / "r.json").read_text())
+    return {m: v for r in report["results"] for m, v in r["verdicts"].items()}
+
+
+def test_a_few_more_operators_are_shown_as_changed_without_failing(step: Project) -> None:
+    step.monkeypatch.setenv("CHANGE", "view")
+    result = step.bench(*ONLY_COUNTS)
+    ops = judged(step)["ops"]
+    assert ops["verdict"] == "changed", ops
+    assert ops["baseline"] < ops["current"] <= ops["baseline"] * 1.05
+    assert "aten::view" in ops["reason"]
+    assert "Note [Counter policy]" in ops["reason"]
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert step.verdicts(result)[(TRAIN, "ops")] == "changed"
+    result.stdout.fnmatch_lines([f"hpml: changed (not failing) {TRAIN} ops: *"])
+
+
+@pytest.mark.parametrize("source", ["cli", "env", "ini"])
+def test_the_strict_policy_fails_every_changed_count(step: Project, source: str) -> None:
+    step.monkeypatch.setenv("CHANGE", "view")
+    result = step.bench(*ONLY_COUNTS, *step.configure(source, counters="strict"))
+    ops = judged(step)["ops"]
+    assert ops["verdict"] == "regressed", ops
+    assert "--hpml-counters=strict" in ops["reason"]
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_many_more_operators_fail(step: Project) -> None:
+    step.monkeypatch.setenv("CHANGE", "per_sample")
+    result = step.bench(*ONLY_COUNTS)
+    ops = judged(step)["ops"]
+    assert ops["verdict"] == "regressed", ops
+    assert ops["change"] > 0.05
+    assert "more than the 5%" in ops["reason"]
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_one_more_sync_fails_whatever_its_share(step: Project) -> None:
+    step.monkeypatch.setenv("CHANGE", "item")
+    result = step.bench(*ONLY_COUNTS)
+    verdicts = judged(step)
+    assert verdicts["syncs"]["verdict"] == "regressed", verdicts["syncs"]
+    assert "aten::_local_scalar_dense at step.py:" in verdicts["syncs"]["reason"]
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_a_bad_counter_policy_is_a_usage_error(project: Project) -> None:
+    project.pytester.makepyfile(test_inner="def test_x():\n    pass\n")
+    result = project.run("--hpml-counters=lenient")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown counter policy 'lenient'; choose from classes, strict*"])
+
+
+def accept(project: Project, reason: str, **changes: str) -> None:
+    project.monkeypatch.setenv("ACCEPT", repr(changes))
+    project.monkeypatch.setenv("ACCEPT_REASON", reason)
+
+
+def test_an_accepted_change_passes_and_says_why(step: Project) -> None:
+    step.monkeypatch.setenv("CHANGE", "item")
+    accept(step, "the loss is logged each step", syncs="+1")
+    result = step.bench(*ONLY_COUNTS)
+    syncs = judged(step)["syncs"]
+    assert syncs["verdict"] == "accepted", syncs
+    assert "accepted by expect_change(+1): the loss is logged each step" in syncs["reason"]
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines([f"hpml: accepted (not failing) {TRAIN} syncs: 0 -> 1*"])
+
+
+def test_more_than_was_accepted_fails(step: Project) -> None:
+    step.monkeypatch.setenv("CHANGE", "two_items")
+    accept(step, "the loss is logged each step", syncs="+1")
+    result = step.bench(*ONLY_COUNTS)
+    syncs = judged(step)["syncs"]
+    assert syncs["verdict"] == "regressed", syncs
+    assert "beyond what expect_change(+1): the loss is logged each step accepts" in syncs["reason"]
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_an_accepted_change_that_did_not_happen_says_so(step: Project) -> None:
+    accept(step, "a per-sample loss", ops="+10%")
+    result = step.bench(*ONLY_COUNTS)
+    ops = judged(step)["ops"]
+    assert ops["verdict"] == "pass", ops
+    assert "did not happen here" in ops["reason"]
+    assert result.ret == pytest.ExitCode.OK
+
+
+def test_accepting_one_metric_does_not_excuse_another(step: Project) -> None:
+    """Mechanisms do not veto one another: accepting more operators leaves a new sync failing."""
+    step.monkeypatch.setenv("CHANGE", "item")
+    accept(step, "more operators", ops="+10%")
+    result = step.bench(*ONLY_COUNTS)
+    assert judged(step)["syncs"]["verdict"] == "regressed"
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ("{'syncs': 'one'}", "expect_change(syncs='one'): give how much it may grow, as '+15%'*"),
+        ("{'syncs': True}", "expect_change(syncs=True): give how much it may grow*"),
+        ("{}", "expect_change() names no metric*"),
+    ],
+)
+def test_a_bad_expect_change_fails_the_test(project: Project, changes: str, message: str) -> None:
+    project.pytester.makepyfile(step=STEP, test_inner=TEST)
+    project.monkeypatch.setenv("ACCEPT", changes)
+    project.monkeypatch.setenv("ACCEPT_REASON", "why")
+    result = project.bench("--hpml-baseline=off")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*TypeError: {message}"])
+
+
+def test_an_empty_reason_fails_the_test(project: Project) -> None:
+    project.pytester.makepyfile(step=STEP, test_inner=TEST)
+    accept(project, "  ", syncs="+1")
+    result = project.bench("--hpml-baseline=off")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*TypeError: expect_change() needs a reason*"])
+
+
+def test_accepting_a_metric_the_benchmark_lacks_is_an_error(step: Project) -> None:
+    accept(step, "a typo", sinks="+1")
+    result = step.bench(*ONLY_COUNTS)
+    assert result.ret != pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [f"hpml: ERROR {TRAIN}: expect_change names sinks, which this benchmark does not record*"]
+    )
+
+
+def test_fewer_syncs_do_not_excuse_a_slower_step(step: Project) -> None:
+    """A time regression fails the run whatever the counts say: the stored time is made ten
+    times faster than it was measured, so the step now reads as 10x slower, while a sync the
+    baseline had is gone (the baseline is edited, the counts are real)."""
+    step.monkeypatch.setenv("CHANGE", "item")
+    assert step.bench("--hpml-baseline=update").ret == pytest.ExitCode.OK
+    path = step.baseline_files()["machine"]
+    document = json.loads(path.read_text())
+    time = document["entries"][TRAIN]["time"]
+    time["samples"] = [s / 10 for s in time["samples"]]
+    path.write_text(json.dumps(document))
+    step.monkeypatch.delenv("CHANGE")
+    result = step.bench("--hpml-report=r.json")
+    verdicts = judged(step)
+    assert verdicts["syncs"]["verdict"] == "improved"
+    assert verdicts["time"]["verdict"] == "regressed", verdicts["time"]
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
