@@ -218,10 +218,15 @@ def _summary(found: list[dict[str, Any]]) -> dict[str, Any]:
         return {"verdict": "-"}
     worst = min(found, key=lambda v: ORDER.index(v["verdict"]) if v["verdict"] in ORDER else 99)
     moved = [v for v in found if v["verdict"] not in ("pass", "no-baseline")]
+    named = [
+        f"{v['metric']}: {v['reason']}"
+        for v in found
+        if v["verdict"] == worst["verdict"] != "pass" and v.get("reason")
+    ]
     return {
         "verdict": worst["verdict"],
         "changes": {v["metric"]: v.get("change") for v in moved},
-        "named": worst.get("reason", "") if worst["verdict"] != "pass" else "",
+        "named": "; ".join(named),
     }
 
 

@@ -12,6 +12,7 @@ callgrind client requests switch collection on and dump what was collected.
 from __future__ import annotations
 
 import bisect
+import concurrent.futures
 import contextlib
 import functools
 import gc
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config.options import usable_cpus
 from .metrics import Instructions
 
 # A benchmark's calls are counted until at least this many instructions were counted, or
@@ -443,16 +445,23 @@ def count(tests: Sequence[str], sides: Mapping[str, Ask]) -> Counting:
         found.notes += [f"instructions not counted: {why}"] if why else []
         return found
     start = time.monotonic()
+
+    def one(side: str) -> tuple[str, Any, Any]:
+        with tempfile.TemporaryDirectory(prefix="pytest-hpml-callgrind-") as directory:
+            return side, *sides[side](
+                tests,
+                wrapper=command(Path(directory)),
+                env=environment(),
+                request={REQUEST_KEY: directory},
+            )
+
+    # The sides' processes run at once where there are cores for them: a count does not
+    # depend on what runs beside it (Note [Instruction counts]), and valgrind is slow.
+    workers = max(1, min(len(sides), usable_cpus()))
     try:
-        for side, ask in sides.items():
-            with tempfile.TemporaryDirectory(prefix="pytest-hpml-callgrind-") as directory:
-                done, answer = ask(
-                    tests,
-                    wrapper=command(Path(directory)),
-                    env=environment(),
-                    request={REQUEST_KEY: directory},
-                )
-            _take(found, side, done, answer)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            for side, done, answer in pool.map(one, sides):
+                _take(found, side, done, answer)
     finally:
         found.seconds = time.monotonic() - start
     return found

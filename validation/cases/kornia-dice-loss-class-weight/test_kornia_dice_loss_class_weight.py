@@ -1,0 +1,12 @@
+"""Dice loss on segmentation logits with default arguments, as in a training step."""
+import torch
+import kornia
+
+torch.manual_seed(0)
+LOGITS = torch.randn(8, 10, 32, 32)
+LABELS = torch.randint(0, 10, (8, 32, 32))
+
+
+def test_dice_loss_without_class_weight(benchmark):
+    loss = benchmark(kornia.losses.dice_loss, LOGITS, LABELS)
+    assert torch.isfinite(loss)

@@ -1,0 +1,14 @@
+"""Convert a batch of HSV images back to RGB (e.g. after a hue/saturation edit)."""
+import math
+
+import torch
+import kornia
+
+torch.manual_seed(0)
+HSV = torch.rand(8, 3, 32, 32)
+HSV[:, 0] *= 2 * math.pi
+
+
+def test_hsv_to_rgb_batch(benchmark):
+    out = benchmark(kornia.color.hsv_to_rgb, HSV)
+    assert out.shape == HSV.shape
