@@ -217,3 +217,79 @@ def test_fewer_syncs_do_not_excuse_a_slower_step(step: Project) -> None:
     assert verdicts["syncs"]["verdict"] == "improved"
     assert verdicts["time"]["verdict"] == "regressed", verdicts["time"]
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+# --- the rules that read several verdicts of one benchmark (Note [Counter policy]) ----------
+
+
+def verdict(name: str, baseline: float, current: float) -> dict[str, Any]:
+    return {
+        "verdict": name,
+        "baseline": baseline,
+        "current": current,
+        "change": current / baseline - 1 if baseline else None,
+        "reason": "",
+    }
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_grown_allocations_of_a_faster_call_are_shown_not_failed(strict: bool) -> None:
+    """torchmetrics 0.8.2 -> 0.9.0 (validation/cases): 40 times fewer operators, 11 times
+    faster, but 98 -> 130 allocations."""
+    from pytest_hpml.verdict import policy
+
+    verdicts = {
+        "time": verdict("improved", 5.0e-3, 4.3e-4),
+        "allocations": verdict("regressed", 98, 130),
+        "syncs": verdict("regressed", 0, 1),  # a cost: never excused by a faster call
+    }
+    assert policy.paid_for(verdicts, strict=strict) == (0 if strict else 1)
+    assert verdicts["allocations"]["verdict"] == ("regressed" if strict else "changed")
+    assert verdicts["syncs"]["verdict"] == "regressed"
+    if not strict:
+        assert "the time improved" in verdicts["allocations"]["reason"]
+
+
+def test_grown_allocations_of_a_call_not_faster_still_fail() -> None:
+    from pytest_hpml.verdict import policy
+
+    verdicts = {"time": verdict("pass", 1.0, 1.0), "allocations": verdict("regressed", 98, 130)}
+    assert policy.paid_for(verdicts, strict=False) == 0
+    assert verdicts["allocations"]["verdict"] == "regressed"
+
+
+@pytest.mark.parametrize(
+    ("syncs_before", "host_tensors_after", "expected"),
+    [(6978, 2, "changed"), (1, 2, "regressed"), (0, 1, "regressed")],
+)
+def test_host_tensors_traded_for_fewer_syncs(
+    syncs_before: int, host_tensors_after: int, expected: str
+) -> None:
+    """torchmetrics 1.1.1 -> 1.1.2: 6,978 syncs became 8, and 2 host tensors appeared."""
+    from pytest_hpml.verdict import policy
+
+    syncs = "improved" if syncs_before > 0 else "pass"
+    verdicts = {
+        "syncs": verdict(syncs, syncs_before, 0),
+        "host_tensors": verdict("regressed", 0, host_tensors_after),
+    }
+    policy.traded(verdicts, strict=False)
+    assert verdicts["host_tensors"]["verdict"] == expected
+    policy_strict = {
+        "syncs": verdict(syncs, syncs_before, 0),
+        "host_tensors": verdict("regressed", 0, host_tensors_after),
+    }
+    assert policy.traded(policy_strict, strict=True) == 0
+
+
+@pytest.mark.parametrize(("change", "expected"), [(0.017, "changed"), (0.12, "regressed")])
+def test_an_instruction_count_grown_within_five_percent_is_shown(
+    change: float, expected: str
+) -> None:
+    """kornia 0.8.1 -> 0.8.2 (a literal for a 0-d tensor: harmless) counted 1.7% more
+    instructions; the regressions of the corpus, 11% and more."""
+    from pytest_hpml.verdict import policy, stats
+
+    found = stats.Comparison("regressed", 2_713_656, 2_713_656 * (1 + change), change)
+    assert policy.settle(found, "instructions", None, strict=False).verdict == expected
+    assert policy.settle(found, "instructions", None, strict=True).verdict == "regressed"

@@ -671,7 +671,7 @@ def test_markdown_of_a_suite_collapses_its_tables_and_fits_a_comment(
     # the regressions first, collapsed (200 rows), then every verdict, collapsed and cut
     opened = [line for line in lines if line.startswith("<details>")]
     assert opened == [
-        "<details><summary>Regressed, improved or inconclusive: 200</summary>",
+        "<details><summary>Regressed, accepted, improved, inconclusive or changed: 200</summary>",
         "<details><summary>All 2,000 verdicts</summary>",
     ]
     assert lines.count("</details>") == 2

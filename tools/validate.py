@@ -23,6 +23,7 @@ virtualenv with that torch, or the interpreter given by ``--side torch==VERSION=
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -38,10 +39,12 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "validation" / "cases"
-TRUTHS = ("regressed", "improved", "pass")
+# unknown: an environment case (a torch upgrade) whose true answer nobody measured apart
+TRUTHS = ("regressed", "improved", "pass", "unknown")
 BENCHMARK_FAIL = "median:10%"  # pytest-benchmark's comparison, as its docs suggest using it
 FIELDS = ("library", "base", "head", "truth", "kind", "source", "change")
 MECHANISMS = ("time", "counters", "instructions")
+RIGHT = {True: "yes", False: "NO", None: "-"}
 
 
 class CaseError(Exception):
@@ -63,6 +66,13 @@ def load_case(folder: Path) -> dict[str, Any]:
     return {"name": folder.name, "folder": folder, **case}
 
 
+def _torch_version() -> str:
+    """This interpreter's torch release, without its local build tag."""
+    from importlib.metadata import version
+
+    return version("torch").partition("+")[0]
+
+
 def _digest(items: list[str]) -> str:
     return hashlib.sha256("\n".join(items).encode()).hexdigest()[:8]
 
@@ -73,6 +83,8 @@ def side_python(case: dict[str, Any], which: str, args: argparse.Namespace) -> P
     given = dict(s.rsplit("=", 1) for s in args.side)
     if f"{case['library']}=={version}" in given:
         return Path(given[f"{case['library']}=={version}"])
+    if case["library"] == "torch" and _torch_version() == version:
+        return Path(sys.executable)  # the shared interpreter is that side
     requires = [*case.get("requires", []), *case.get(f"{which}_requires", [])]
     pins = [f"{case['library']}=={version}", *requires]
     folder = args.work / "sides" / f"{case['library']}-{version}-{_digest(pins)}"
@@ -151,8 +163,10 @@ def project(case: dict[str, Any], args: argparse.Namespace) -> Path:
     folder.mkdir(parents=True)
     for source in sources:
         for path in sorted(source.iterdir()):
-            if path.suffix == ".py" or path.name == "conftest.py":
+            if path.suffix == ".py" or path.name == "pyproject.toml":
                 shutil.copy2(path, folder / path.name)
+    if not (folder / "pyproject.toml").exists():  # pytest must not find a folder's above it
+        (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     git = ["git", "-C", str(folder), "-c", "user.name=validate", "-c", "user.email=v@localhost"]
     for step in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", case["name"]]):
         found = _run([*git, *step])
@@ -218,14 +232,19 @@ def _summary(found: list[dict[str, Any]]) -> dict[str, Any]:
         return {"verdict": "-"}
     worst = min(found, key=lambda v: ORDER.index(v["verdict"]) if v["verdict"] in ORDER else 99)
     moved = [v for v in found if v["verdict"] not in ("pass", "no-baseline")]
-    named = [
-        f"{v['metric']}: {v['reason']}"
-        for v in found
-        if v["verdict"] == worst["verdict"] != "pass" and v.get("reason")
-    ]
+    named = sorted(
+        (
+            f"{v['metric']}: {v['reason']}"
+            for v in found
+            if v["verdict"] == worst["verdict"] != "pass" and v.get("reason")
+        ),
+        key=lambda reason: " per call" not in reason,  # those naming operators or functions first
+    )
     return {
         "verdict": worst["verdict"],
         "changes": {v["metric"]: v.get("change") for v in moved},
+        # the changes of the metrics that got the worst verdict, the one shown
+        "worst": [v.get("change") for v in moved if v["verdict"] == worst["verdict"]],
         "named": "; ".join(named),
     }
 
@@ -289,9 +308,11 @@ def _median_change(base: Path, head: Path) -> float | None:
     return max(changes, key=abs) if changes else None
 
 
-def answered(case: dict[str, Any], gate: dict[str, Any]) -> bool:
+def answered(case: dict[str, Any], gate: dict[str, Any]) -> bool | None:
     """Whether the gate gave the true answer: a regression fails the run, a harmless change
     or a fix does not (and a fix reads as an improvement)."""
+    if case["truth"] == "unknown":
+        return None
     if case["truth"] == "regressed":
         return gate["exit"] == 1
     if gate["exit"] != 0:
@@ -326,7 +347,7 @@ def run_case(case: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
 def _cell(said: dict[str, Any] | None) -> str:
     if not said or said.get("verdict") in (None, "-"):
         return "-"
-    changes = [c for c in said.get("changes", {}).values() if c is not None]
+    changes = [c for c in said.get("worst", []) if c is not None]
     shown = f" {max(changes, key=abs):+.1%}" if changes else ""
     return f"{said['verdict']}{shown}"
 
@@ -346,24 +367,24 @@ def table(rows: list[dict[str, Any]]) -> str:
             )
             continue
         gate, bench = r["gate"], r.get("pytest_benchmark") or {}
-        named = next(
-            (
-                gate[m]["named"]
-                for m in ("counters", "instructions", "time")
-                if gate.get(m, {}).get("named")
-            ),
-            "",
-        )
+        named = _named(gate)
         change = bench.get("change")
         lines.append(
             f"| {r['name']} | {r['library']} | {r['base']} -> {r['head']} | {r['truth']} | "
             + " | ".join(_cell(gate.get(m)) for m in MECHANISMS)
             + " | "
-            f"{gate['exit']} | {'yes' if r['correct'] else 'NO'} | {_short(named)} | "
+            f"{gate['exit']} | {RIGHT[r['correct']]} | {_short(named)} | "
             f"{'-' if change is None else f'{change:+.1%}'} | {bench.get('exit', '-')} | "
             f"{r['wall']} |"
         )  # fmt: skip
     return "\n".join([*lines, "", *totals(rows)]) + "\n"
+
+
+def _named(gate: dict[str, Any]) -> str:
+    """What the gate's reasons named: the counters' operators first, then the functions of the
+    instruction counts, then the time's reason."""
+    found = [gate.get(m, {}).get("named", "") for m in ("counters", "instructions", "time")]
+    return next((n for n in found if " per call" in n), next((n for n in found if n), ""))
 
 
 def _short(text: str, limit: int = 160) -> str:
@@ -375,7 +396,7 @@ def totals(rows: list[dict[str, Any]]) -> list[str]:
     """The targets' figures: regressions caught (and named), harmless pairs failed."""
     ran = [r for r in rows if "error" not in r]
     lines = []
-    for truth in TRUTHS:
+    for truth in TRUTHS[:-1]:  # not unknown
         these = [r for r in ran if r["truth"] == truth]
         if not these:
             continue
@@ -384,6 +405,9 @@ def totals(rows: list[dict[str, Any]]) -> list[str]:
             (r.get("pytest_benchmark", {}).get("exit") == 1) == (truth == "regressed")
             for r in these
         )
+        if truth == "regressed":
+            named = sum(bool(r["correct"] and " per call" in _named(r["gate"])) for r in these)
+            lines.append(f"- regressed and caught with the operator or function named: {named}")
         lines.append(
             f"- {truth}: the gate right on {right} of {len(these)}; "
             f"pytest-benchmark on {bench} of {len(these)}"
@@ -409,6 +433,14 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="LIB==VERSION=PYTHON",
         help="use this interpreter as a side",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="cases run at once (each case's processes: 1 thread)"
+    )
+    parser.add_argument(
+        "--render",
+        action="store_true",
+        help="rebuild the table from --out's reports, running nothing",
     )
     parser.add_argument("--no-instructions", dest="instructions", action="store_false")
     parser.add_argument(
@@ -436,17 +468,22 @@ def main(argv: list[str] | None = None) -> int:
         cases = [load_case(p) for p in folders]
     except CaseError as exc:
         parser.error(str(exc))
-    rows = []
+    if args.render:
+        return render(args.out)
     started = time.monotonic()
-    for number, case in enumerate(cases, 1):
+
+    def one(numbered: tuple[int, dict[str, Any]]) -> dict[str, Any]:
+        number, case = numbered
+        row = run_case(case, args)
         print(
             f"[{number}/{len(cases)}] {case['name']}: {case['library']} {case['base']} -> "
-            f"{case['head']} ({case['truth']})",
+            f"{case['head']} ({case['truth']}): {row.get('error') or _said(row)}",
             flush=True,
         )
-        row = run_case(case, args)
-        rows.append(row)
-        print(f"    {row.get('error') or _said(row)}", flush=True)
+        return row
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        rows = list(pool.map(one, enumerate(cases, 1)))
     args.out.mkdir(parents=True, exist_ok=True)
     summary = {"wall": round(time.monotonic() - started, 1), "cases": rows}
     (args.out / "results.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
@@ -456,13 +493,28 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if any("error" in r for r in rows) else 0
 
 
+def render(out: Path) -> int:
+    """The table again from the results and each case's report (after a change of how they are
+    summarized): nothing is run."""
+    summary = json.loads((out / "results.json").read_text())
+    for row in summary["cases"]:
+        report = out / row["name"] / "hpml.json"
+        if "gate" in row and report.exists():
+            row["gate"].update(_verdicts(json.loads(report.read_text(encoding="utf-8"))))
+            row["correct"] = answered(row, row["gate"])
+    (out / "results.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    (out / "results.md").write_text(table(summary["cases"]))
+    print(table(summary["cases"]))
+    return 0
+
+
 def _said(row: dict[str, Any]) -> str:
     gate = row["gate"]
     parts = [f"{m} {_cell(gate.get(m))}" for m in ("time", "counters", "instructions")]
     bench = row.get("pytest_benchmark")
     if bench:
         parts.append(f"pytest-benchmark exit {bench['exit']}")
-    right = "right" if row["correct"] else "WRONG"
+    right = {True: "right", False: "WRONG", None: "no true answer"}[row["correct"]]
     return f"gate exit {gate['exit']} ({right}): {', '.join(parts)}; {row['wall']} s"
 
 

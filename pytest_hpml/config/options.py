@@ -508,9 +508,9 @@ OPTIONS: tuple[Option, ...] = (
         "counters",
         "counters",
         "which grown work counters fail a judging run: classes (host syncs, copies between "
-        "devices, host tensors and FLOPs on any increase; operators, allocations and saved "
-        "tensors only beyond --hpml-threshold, else shown as changed: Note [Counter policy]) "
-        "or strict (any increase fails)",
+        "devices, host tensors and FLOPs on any increase; operators, allocations, saved "
+        "tensors and instruction counts only beyond 5 percent, else shown as changed: Note "
+        "[Counter policy]) or strict (any increase fails)",
         parse_counter_policy,
         "classes",
         "POLICY",

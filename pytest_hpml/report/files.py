@@ -239,7 +239,7 @@ def _blocks(document: dict[str, Any]) -> list[Block]:
         blocks = [errors, Block("Verdicts", table, table=True), *extra]
     else:
         looks = tuple(line for row, line in zip(found, table) if row["verdict"] in NEEDS_A_LOOK)
-        title = f"Regressed, improved or inconclusive: {len(looks):,}"
+        title = f"Regressed, accepted, improved, inconclusive or changed: {len(looks):,}"
         notable = Block(title, looks, table=True, collapsed=len(looks) > OPEN_ROWS)
         everything = Block(f"All {len(table):,} verdicts", table, table=True, collapsed=True)
         blocks = [errors, notable, *extra, everything]

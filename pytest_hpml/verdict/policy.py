@@ -22,14 +22,15 @@ from .judge import joined
 
 # Work counters that may grow by up to SIZE_GROWTH without failing the run (Note [Counter
 # policy]); every other count, a project's own included, fails on any increase.
-SIZE = ("ops", "allocations", "allocated_bytes", "saved_tensors", "saved_bytes")
+SIZE = ("ops", "allocations", "allocated_bytes", "saved_tensors", "saved_bytes", "instructions")
 # How much a size counter may grow without failing: its own share, not the time threshold (a
 # team that widens that for a noisy runner must not loosen the counts that noise cannot move).
 SIZE_GROWTH = 0.05
 
 
 def counter_class(name: str) -> str:
-    """``size`` or ``cost``: how a work counter ``name`` (``ops``, ``syncs[bf16]``) is judged."""
+    """``size`` or ``cost``: how a count ``name`` (``ops``, ``syncs[bf16]``, ``instructions``)
+    is judged."""
     return "size" if name.partition("[")[0] in SIZE else "cost"
 
 
@@ -47,21 +48,22 @@ def settle(
 
 
 def _by_class(comparison: stats.Comparison, name: str, strict: bool) -> stats.Comparison:
-    if comparison.verdict != stats.REGRESSED or not metrics.is_work_counter(name):
+    if comparison.verdict != stats.REGRESSED or counter_class(name) != "size":
         return comparison
-    if counter_class(name) != "size" or comparison.change is None:
+    if comparison.change is None:
         return comparison
     if strict:
         reason = "any change fails with --hpml-counters=strict"
         return dataclasses.replace(comparison, reason=joined(comparison.reason, reason))
     if comparison.change > SIZE_GROWTH:
         reason = (
-            f"more than the {SIZE_GROWTH:.0%} a count of operators or memory may grow without "
-            "failing (Note [Counter policy])"
+            f"more than the {SIZE_GROWTH:.0%} a count of operators, memory or instructions "
+            "may grow without failing (Note [Counter policy])"
         )
         return dataclasses.replace(comparison, reason=joined(comparison.reason, reason))
     reason = (
-        f"within the {SIZE_GROWTH:.0%} a count of operators or memory may grow without failing "
+        f"within the {SIZE_GROWTH:.0%} a count of operators, memory or instructions may grow "
+        "without failing "
         "(Note [Counter policy]; --hpml-counters=strict fails it)"
     )
     return dataclasses.replace(
@@ -104,3 +106,55 @@ def unmatched(accepted: Mapping[str, Any], recorded: Mapping[str, Any]) -> list[
     are counted later, in their own process, and always match)."""
     known = {*recorded, *(name.partition("[")[0] for name in recorded), "instructions"}
     return sorted(name for name in accepted if name not in known)
+
+
+# A faster call that measured the host's work directly: a grown count of the size class is
+# inside that, while a cost class is not (a CPU runner cannot time a GPU's sync or copy).
+MEASURED = ("time", "instructions")
+
+
+def paid_for(verdicts: dict[str, dict[str, Any]], strict: bool) -> int:
+    """Where a benchmark's time or instruction count improved, its size counters that grew
+    beyond SIZE_GROWTH are ``changed``, not failing: operators and allocations cost host time,
+    and that was measured to fall (Note [Counter policy]). Changes ``verdicts`` (one test's,
+    metric -> verdict dict) in place; returns how many it changed."""
+    faster = [m for m in MEASURED if verdicts.get(m, {}).get("verdict") == stats.IMPROVED]
+    if strict or not faster:
+        return 0
+    changed = 0
+    for name, verdict in verdicts.items():
+        if verdict["verdict"] == stats.REGRESSED and counter_class(name) == "size":
+            if name.partition("[")[0] == "instructions":
+                continue
+            said = f"but the {' and '.join(faster)} improved: the host's cost of it was measured"
+            verdict["reason"] = joined(verdict.get("reason") or "", said)
+            verdict["verdict"] = stats.CHANGED
+            changed += 1
+    return changed
+
+
+TRANSFERS = ("host_tensors", "copies")  # copies the host starts and need not wait for
+
+
+def traded(verdicts: dict[str, dict[str, Any]], strict: bool) -> int:
+    """Grown host tensors and copies between devices that came with at least as many fewer
+    syncs are ``changed``, not failing: a sync makes the host wait for the device, a transfer
+    does not, so the trade costs less than it saves (Note [Counter policy]). In place, as
+    :func:`paid_for`; returns how many it changed."""
+    syncs = verdicts.get("syncs", {})
+    if strict or syncs.get("verdict") != stats.IMPROVED:
+        return 0
+    fewer = (syncs.get("baseline") or 0) - (syncs.get("current") or 0)
+    grown = [
+        (name, verdicts[name])
+        for name in TRANSFERS
+        if verdicts.get(name, {}).get("verdict") == stats.REGRESSED
+    ]
+    more = sum((v.get("current") or 0) - (v.get("baseline") or 0) for _, v in grown)
+    if not grown or more > fewer:
+        return 0
+    for _, verdict in grown:
+        said = f"traded for {fewer:,g} fewer syncs, each a wait where a transfer is not"
+        verdict["reason"] = joined(verdict.get("reason") or "", said)
+        verdict["verdict"] = stats.CHANGED
+    return len(grown)

@@ -238,6 +238,10 @@ class Verdicts:
         tested = [v for r in self.results for v in r["verdicts"].values()]
         self.demoted = stats.session_wide(tested)
         self.tested = sum(v.get("confidence") is not None for v in tested)
+        strict = self.settings.counters == "strict"
+        for result in self.results:
+            policy.paid_for(result["verdicts"], strict)
+            policy.traded(result["verdicts"], strict)
 
     def judge(
         self,
