@@ -268,18 +268,17 @@ def test_host_tensors_traded_for_fewer_syncs(
     """torchmetrics 1.1.1 -> 1.1.2: 6,978 syncs became 8, and 2 host tensors appeared."""
     from pytest_hpml.verdict import policy
 
-    syncs = "improved" if syncs_before > 0 else "pass"
-    verdicts = {
-        "syncs": verdict(syncs, syncs_before, 0),
-        "host_tensors": verdict("regressed", 0, host_tensors_after),
-    }
-    policy.traded(verdicts, strict=False)
-    assert verdicts["host_tensors"]["verdict"] == expected
-    policy_strict = {
-        "syncs": verdict(syncs, syncs_before, 0),
-        "host_tensors": verdict("regressed", 0, host_tensors_after),
-    }
-    assert policy.traded(policy_strict, strict=True) == 0
+    def verdicts() -> dict[str, dict[str, Any]]:
+        syncs = "improved" if syncs_before > 0 else "pass"
+        return {
+            "syncs": verdict(syncs, syncs_before, 0),
+            "host_tensors": verdict("regressed", 0, host_tensors_after),
+        }
+
+    found = verdicts()
+    policy.traded(found, strict=False)
+    assert found["host_tensors"]["verdict"] == expected
+    assert policy.traded(verdicts(), strict=True) == 0
 
 
 @pytest.mark.parametrize(("change", "expected"), [(0.017, "changed"), (0.12, "regressed")])

@@ -3,8 +3,8 @@
 A judge says how a metric moved; this module says what that means for the run. A work counter
 of a *cost* class (host syncs, copies between devices, tensors built from Python data, FLOPs,
 graph breaks) fails on any increase: each costs time on a GPU even where a CPU runner cannot
-see it. One of a *size* class (operators, allocations, tensors saved for backward) fails only
-beyond a share of 5%; within it, it is ``changed``, shown and not failing, since a few
+see it. One of a *size* class (operators, allocations, tensors saved for backward, instructions)
+fails only beyond a share of 5%; within it, it is ``changed``, shown and not failing, since a few
 more views or allocations may cost nothing (Note [Counter policy]). ``--hpml-counters=strict``
 fails every increase. A change the test accepts (``benchmark.expect_change``) is ``accepted``,
 with its reason, up to the amount it names (Note [Accepted changes]).
@@ -48,9 +48,8 @@ def settle(
 
 
 def _by_class(comparison: stats.Comparison, name: str, strict: bool) -> stats.Comparison:
-    if comparison.verdict != stats.REGRESSED or counter_class(name) != "size":
-        return comparison
-    if comparison.change is None:
+    regressed = comparison.verdict == stats.REGRESSED and comparison.change is not None
+    if not regressed or counter_class(name) != "size":
         return comparison
     if strict:
         reason = "any change fails with --hpml-counters=strict"
@@ -63,8 +62,7 @@ def _by_class(comparison: stats.Comparison, name: str, strict: bool) -> stats.Co
         return dataclasses.replace(comparison, reason=joined(comparison.reason, reason))
     reason = (
         f"within the {SIZE_GROWTH:.0%} a count of operators, memory or instructions may grow "
-        "without failing "
-        "(Note [Counter policy]; --hpml-counters=strict fails it)"
+        "without failing (Note [Counter policy]; --hpml-counters=strict fails it)"
     )
     return dataclasses.replace(
         comparison, verdict=stats.CHANGED, reason=joined(comparison.reason, reason)
@@ -121,16 +119,23 @@ def paid_for(verdicts: dict[str, dict[str, Any]], strict: bool) -> int:
     faster = [m for m in MEASURED if verdicts.get(m, {}).get("verdict") == stats.IMPROVED]
     if strict or not faster:
         return 0
-    changed = 0
-    for name, verdict in verdicts.items():
-        if verdict["verdict"] == stats.REGRESSED and counter_class(name) == "size":
-            if name.partition("[")[0] == "instructions":
-                continue
-            said = f"but the {' and '.join(faster)} improved: the host's cost of it was measured"
-            verdict["reason"] = joined(verdict.get("reason") or "", said)
-            verdict["verdict"] = stats.CHANGED
-            changed += 1
-    return changed
+    grown = [
+        verdict
+        for name, verdict in verdicts.items()
+        if verdict["verdict"] == stats.REGRESSED
+        and counter_class(name) == "size"
+        and name.partition("[")[0] not in MEASURED  # an instruction count is itself measured
+    ]
+    said = f"but the {' and '.join(faster)} improved: the host's cost of it was measured"
+    return _changed(grown, said)
+
+
+def _changed(grown: list[dict[str, Any]], said: str) -> int:
+    """Make each of ``grown`` (verdict dicts) ``changed``, saying why; how many."""
+    for verdict in grown:
+        verdict["reason"] = joined(verdict.get("reason") or "", said)
+        verdict["verdict"] = stats.CHANGED
+    return len(grown)
 
 
 TRANSFERS = ("host_tensors", "copies")  # copies the host starts and need not wait for
@@ -146,15 +151,13 @@ def traded(verdicts: dict[str, dict[str, Any]], strict: bool) -> int:
         return 0
     fewer = (syncs.get("baseline") or 0) - (syncs.get("current") or 0)
     grown = [
-        (name, verdicts[name])
+        verdicts[name]
         for name in TRANSFERS
         if verdicts.get(name, {}).get("verdict") == stats.REGRESSED
     ]
-    more = sum((v.get("current") or 0) - (v.get("baseline") or 0) for _, v in grown)
-    if not grown or more > fewer:
+    more = sum((v.get("current") or 0) - (v.get("baseline") or 0) for v in grown)
+    if more > fewer:
         return 0
-    for _, verdict in grown:
-        said = f"traded for {fewer:,g} fewer syncs, each a wait where a transfer is not"
-        verdict["reason"] = joined(verdict.get("reason") or "", said)
-        verdict["verdict"] = stats.CHANGED
-    return len(grown)
+    return _changed(
+        grown, f"traded for {fewer:,g} fewer syncs, each a wait where a transfer is not"
+    )

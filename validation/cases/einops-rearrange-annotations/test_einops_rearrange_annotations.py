@@ -1,4 +1,8 @@
-"""Multi-head attention written with functional einops.rearrange, tiny shapes (call overhead dominated)."""
+"""Multi-head attention written with functional einops.rearrange, tiny shapes (call overhead
+dominated)."""
+
+from __future__ import annotations
+
 import torch
 from einops import rearrange
 

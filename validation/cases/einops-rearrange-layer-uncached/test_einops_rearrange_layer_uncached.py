@@ -1,15 +1,22 @@
-"""Forward of a small token-mixing MLP built from einops Rearrange layers (layer overhead dominated)."""
+"""Forward of a small token-mixing MLP built from einops Rearrange layers (layer overhead
+dominated)."""
+
+from __future__ import annotations
+
 import torch
-from torch import nn
 from einops.layers.torch import Rearrange
+from torch import nn
 
 torch.manual_seed(0)
 
 
 def _block(d, n):
     return nn.Sequential(
-        Rearrange("b n (h d) -> b h n d", h=4), Rearrange("b h n d -> b n (h d)"),
-        Rearrange("b n c -> b c n"), nn.Linear(n, n), Rearrange("b c n -> b n c"),
+        Rearrange("b n (h d) -> b h n d", h=4),
+        Rearrange("b h n d -> b n (h d)"),
+        Rearrange("b n c -> b c n"),
+        nn.Linear(n, n),
+        Rearrange("b c n -> b n c"),
     )
 
 

@@ -1,4 +1,7 @@
 """Back-project a depth map to a 3D point map with pinhole intrinsics."""
+
+from __future__ import annotations
+
 import torch
 from kornia.geometry.depth import depth_to_3d
 

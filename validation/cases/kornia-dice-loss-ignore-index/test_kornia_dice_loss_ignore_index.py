@@ -1,6 +1,9 @@
 """Dice loss on segmentation logits with default arguments, as in a training step."""
-import torch
+
+from __future__ import annotations
+
 import kornia
+import torch
 
 torch.manual_seed(0)
 LOGITS = torch.randn(8, 10, 32, 32)

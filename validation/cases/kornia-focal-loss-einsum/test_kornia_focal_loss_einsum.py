@@ -1,6 +1,9 @@
 """Focal loss on segmentation logits, as in a dense-prediction training step."""
-import torch
+
+from __future__ import annotations
+
 import kornia
+import torch
 
 torch.manual_seed(0)
 LOGITS = torch.randn(8, 10, 32, 32)

@@ -1,8 +1,11 @@
 """Convert a batch of HSV images back to RGB (e.g. after a hue/saturation edit)."""
+
+from __future__ import annotations
+
 import math
 
-import torch
 import kornia
+import torch
 
 torch.manual_seed(0)
 HSV = torch.rand(8, 3, 32, 32)

@@ -1,6 +1,9 @@
 """A RandAugment-style posterize of a float image batch with a fixed bit depth."""
-import torch
+
+from __future__ import annotations
+
 import kornia
+import torch
 
 torch.manual_seed(0)
 IMAGES = torch.rand(8, 3, 64, 64)

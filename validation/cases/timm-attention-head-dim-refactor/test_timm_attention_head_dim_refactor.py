@@ -1,4 +1,7 @@
 """Forward of timm's ViT Attention layer on a small token batch."""
+
+from __future__ import annotations
+
 import torch
 from timm.layers import Attention
 

@@ -1,12 +1,21 @@
 """One LaProp optimizer step over a small ViT with many small parameter tensors."""
-import torch
+
+from __future__ import annotations
+
 import timm
 import timm.optim
+import torch
 
 torch.manual_seed(0)
 MODEL = timm.create_model(
-    "vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8,
-    embed_dim=64, num_heads=2, depth=12, num_classes=10,
+    "vit_tiny_patch16_224",
+    pretrained=False,
+    img_size=32,
+    patch_size=8,
+    embed_dim=64,
+    num_heads=2,
+    depth=12,
+    num_classes=10,
 )
 for _p in MODEL.parameters():
     _p.grad = torch.randn_like(_p) * 1e-2

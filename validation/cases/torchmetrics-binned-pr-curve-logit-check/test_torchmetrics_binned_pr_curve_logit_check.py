@@ -1,4 +1,7 @@
 """Binned BinaryAveragePrecision accumulated over validation batches (torchmetrics user code)."""
+
+from __future__ import annotations
+
 import torch
 from torchmetrics.classification import BinaryAveragePrecision
 

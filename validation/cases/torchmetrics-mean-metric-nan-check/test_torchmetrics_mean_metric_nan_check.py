@@ -1,4 +1,7 @@
 """MeanMetric accumulating per-sample losses over an epoch (torchmetrics user code)."""
+
+from __future__ import annotations
+
 import torch
 from torchmetrics import MeanMetric
 

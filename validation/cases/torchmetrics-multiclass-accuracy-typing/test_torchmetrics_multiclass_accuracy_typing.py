@@ -1,4 +1,7 @@
 """Per-pixel MulticlassAccuracy (macro) for segmentation logits (torchmetrics user code)."""
+
+from __future__ import annotations
+
 import torch
 from torchmetrics.classification import MulticlassAccuracy
 

@@ -1,4 +1,7 @@
 """RetrievalNormalizedDCG over a validation set of queries (torchmetrics user code)."""
+
+from __future__ import annotations
+
 import torch
 from torchmetrics.retrieval import RetrievalNormalizedDCG
 

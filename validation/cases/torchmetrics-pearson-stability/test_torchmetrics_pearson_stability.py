@@ -1,4 +1,7 @@
 """PearsonCorrCoef.update over an epoch of batches (torchmetrics user code)."""
+
+from __future__ import annotations
+
 import torch
 from torchmetrics import PearsonCorrCoef
 

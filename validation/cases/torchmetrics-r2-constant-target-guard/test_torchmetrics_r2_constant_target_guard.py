@@ -1,4 +1,7 @@
 """Per-batch R^2 in a validation loop (torchmetrics functional user code)."""
+
+from __future__ import annotations
+
 import torch
 from torchmetrics.functional import r2_score
 

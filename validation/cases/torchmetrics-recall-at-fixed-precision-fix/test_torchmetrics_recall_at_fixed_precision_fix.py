@@ -1,4 +1,7 @@
 """Recall at a fixed precision on an unbinned validation set (torchmetrics user code)."""
+
+from __future__ import annotations
+
 import torch
 from torchmetrics.functional.classification import binary_recall_at_fixed_precision
 
@@ -8,5 +11,7 @@ PREDS = (0.3 * TARGET + 0.7 * torch.rand(4000)).clamp(0, 1)
 
 
 def test_binary_recall_at_fixed_precision(benchmark):
-    recall, threshold = benchmark(binary_recall_at_fixed_precision, PREDS, TARGET, min_precision=0.8)
+    recall, _threshold = benchmark(
+        binary_recall_at_fixed_precision, PREDS, TARGET, min_precision=0.8
+    )
     assert 0.0 < float(recall) <= 1.0

@@ -1,5 +1,8 @@
 """Inference forward of a small randomly initialised BERT encoder (SDPA attention):
 batch 8 x 128 tokens with an all-ones padding mask, hidden size 128, 2 layers."""
+
+from __future__ import annotations
+
 import torch
 from transformers import BertConfig, BertModel
 

@@ -1,5 +1,9 @@
-"""Inference forward of a small randomly initialised ConvNeXt V2 backbone (its GRN layers normalise each
-channel by its L2 norm over the spatial dims): batch 4 of 64x64 RGB images, 4 stages of one block each."""
+"""Inference forward of a small randomly initialised ConvNeXt V2 backbone (its GRN layers normalise
+each channel by its L2 norm over the spatial dims): batch 4 of 64x64 RGB images, 4 stages of one
+block each."""
+
+from __future__ import annotations
+
 import torch
 from transformers import ConvNextV2Config, ConvNextV2Model
 

@@ -1,8 +1,11 @@
-"""Forward pass of a small randomly initialised Llama causal LM (batch 2, 64 tokens, all-ones padding mask).
+"""Forward pass of a small randomly initialised Llama causal LM (batch 2, 64 tokens, all-ones
+padding mask).
 
-The config keeps the Llama-2 style `max_position_embeddings` (here 1024); the causal-mask work done per
-forward should depend on the input length, not on that maximum.
-"""
+The config keeps the Llama-2 style `max_position_embeddings` (here 1024); the causal-mask work
+done per forward should depend on the input length, not on that maximum."""
+
+from __future__ import annotations
+
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 

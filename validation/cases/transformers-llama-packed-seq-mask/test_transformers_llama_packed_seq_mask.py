@@ -1,6 +1,9 @@
-"""Training-style forward of a small randomly initialised Llama causal LM with SDPA attention:
-no attention mask, no KV cache (use_cache=False), batch 2 x 512 tokens of unpadded, unpacked sequences.
-The causal mask should be left to SDPA's is_causal path."""
+"""Training-style forward of a small randomly initialised Llama causal LM with SDPA attention: no
+attention mask, no KV cache (use_cache=False), batch 2 x 512 tokens of unpadded, unpacked
+sequences. The causal mask should be left to SDPA's is_causal path."""
+
+from __future__ import annotations
+
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 

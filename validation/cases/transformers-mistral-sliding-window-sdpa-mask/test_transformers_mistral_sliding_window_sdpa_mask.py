@@ -1,5 +1,9 @@
-"""Forward pass of a small randomly initialised Mistral causal LM (SDPA attention) whose input is as long
-as its sliding window (batch 2, 512 tokens, sliding_window=512), with an all-ones padding mask."""
+"""Forward pass of a small randomly initialised Mistral causal LM (SDPA attention) whose input is
+as long as its sliding window (batch 2, 512 tokens, sliding_window=512), with an all-ones
+padding mask."""
+
+from __future__ import annotations
+
 import torch
 from transformers import MistralConfig, MistralForCausalLM
 

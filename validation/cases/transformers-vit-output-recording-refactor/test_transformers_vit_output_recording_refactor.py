@@ -1,5 +1,8 @@
 """Inference forward of a small randomly initialised ViT image classifier (SDPA attention):
 batch 8 of 64x64 RGB images, patch size 8 (64 patches + CLS), hidden size 96, 2 layers."""
+
+from __future__ import annotations
+
 import torch
 from transformers import ViTConfig, ViTForImageClassification
 
