@@ -118,6 +118,19 @@ def fail_in_last_line(config: pytest.Config, outcomes: dict[str, list[pytest.Tes
     reporter._determine_main_color = lambda unknown_type_seen: "red"
 
 
+def uncaptured(config: pytest.Config) -> Any:
+    """A context in which the process's real standard output and error are file descriptors
+    1 and 2 (pytest's capture is suspended, as for its own terminal output): a report written
+    to /dev/stdout then reaches the terminal or the file the shell redirected it to, not the
+    capture's temporary file. pytest's capture manager and its method are private."""
+    import contextlib
+
+    manager = config.pluginmanager.get_plugin("capturemanager")
+    if manager is None:  # -p no:capture
+        return contextlib.nullcontext()
+    return _require(manager, "global_and_fixture_disabled", "pytest", PYTEST)()
+
+
 # --------------------------------------------------------------------------- pytest-benchmark
 
 

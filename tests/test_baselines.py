@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Callable
 
 import pytest
 
+from pytest_hpml.storage import writer
 from pytest_hpml.verdict import baselines
 from tests.conftest import count_tests
 
@@ -180,7 +182,7 @@ def test_failed_write_leaves_the_old_content(tmp_path: Path) -> None:
     path = tmp_path / "machine-x.json"
     path.write_text("old\n")
     with pytest.raises(UnicodeEncodeError):
-        baselines.write_atomic(path, "new \ud800")  # a lone surrogate cannot be encoded
+        writer.replace(path, "new \ud800")  # a lone surrogate cannot be encoded
     assert path.read_text() == "old\n"
     assert list(tmp_path.iterdir()) == [path]
 
@@ -192,9 +194,12 @@ BROKEN = {
     ),
     "entries-a-list": (
         lambda text: '{"format": "pytest-hpml-baselines/1", "entries": []}',
-        "is not a pytest-hpml baseline ('entries' is not an object)" + FIX,
+        "is not a pytest-hpml baseline (entries is not an object)" + FIX,
     ),
-    "not-an-object": (lambda text: "[1, 2]", "is not a pytest-hpml baseline (top level *)" + FIX),
+    "not-an-object": (
+        lambda text: "[1, 2]",
+        "is not a pytest-hpml baseline (its top level *)" + FIX,
+    ),
 }
 
 
@@ -229,7 +234,10 @@ def test_broken_baseline_is_not_overwritten_by_update(
     result = project.run("--hpml-baseline=update")
     result.assert_outcomes(passed=2)
     assert path.read_bytes() == content
-    result.stdout.fnmatch_lines([error + " (not overwritten)"])
+    result.stdout.fnmatch_lines([error + " (not overwritten); the measurements are kept in *"])
+    kept = re.search(r"the measurements are kept in (\S+)", result.stdout.str()).group(1)
+    assert json.loads(Path(kept).read_text())["results"]  # nothing measured is lost
+    Path(kept).unlink()
 
 
 def test_a_baseline_recorded_under_another_machine_name_is_found_by_its_id(
@@ -284,6 +292,6 @@ def test_an_unusable_stored_value_is_named_and_never_judged(
     result = project.bench()
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     [error] = project.hpml_errors(result)
-    assert f"entry 'test_inner.py::test_0' metric '{metric}': {problem}; not used" in error
+    assert f'entries["test_inner.py::test_0"].{metric}: {problem}' in error
     assert project.verdicts(result)[("test_inner.py::test_0", metric)] == "no-baseline"
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()

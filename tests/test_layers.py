@@ -24,6 +24,7 @@ LAYERS = {
     "_compat": 0,  # private APIs of pytest, pytest-benchmark, torch
     "hookspecs": 0,
     "logs": 0,
+    "storage": 0,  # the one reader and writer of files
     "config": 1,
     "hardware": 2,
     "fixtures": 3,

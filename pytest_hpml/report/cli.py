@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import difflib
 import fnmatch
-import json
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,6 +23,7 @@ from typing import Any
 
 from ..bench.metrics import kind_of, per_second
 from ..config.options import number
+from ..storage import reader, writer
 from ..verdict import baselines, judge, stats
 from ..verdict.baselines import BaselineError
 from . import files, text
@@ -35,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.run(args)
-    except (BaselineError, ReportError, OSError) as exc:
+    except (reader.Unreadable, ReportError, OSError) as exc:
         print(f"pytest-hpml: error: {_message(exc)}", file=sys.stderr)
         return 2
 
@@ -96,6 +97,14 @@ def _report_problem(data: Any) -> str | None:
         return "top level is not an object"
     if data.get("format") != files.REPORT_FORMAT:
         return f"format is {data.get('format')!r}, expected {files.REPORT_FORMAT!r}"
+    for key, kinds in _REPORT_FIELDS.items():
+        if not isinstance(data.get(key), kinds):
+            return f"{key} is {type(data.get(key)).__name__}, not {_names(kinds)}"
+    fingerprint = {k: v for k, v in data["fingerprint"].items() if k in ("name", "id")}
+    if not all(isinstance(v, str) for v in fingerprint.values()):
+        return "fingerprint.name and fingerprint.id must be text"
+    if not all(isinstance(e, str) for e in data.get("errors") or ()):
+        return "errors must be a list of text"
     results = data.get("results")
     if not isinstance(results, list):
         return "'results' is not a list"
@@ -107,6 +116,24 @@ def _report_problem(data: Any) -> str | None:
         if problem:
             return f"result {str(result['test'])[:80]!r}: {problem}"
     return None
+
+
+# The fields of a report besides its results, and what each may be (None: absent or null).
+_REPORT_FIELDS: dict[str, tuple[type, ...]] = {
+    "fingerprint": (dict,),
+    "commit": (str, type(None)),
+    "baseline_mode": (str, type(None)),
+    "baseline_dir": (str, type(None)),
+    "errors": (list, type(None)),
+    "against": (dict, type(None)),
+    "instructions": (dict, type(None)),
+}
+
+
+def _names(kinds: tuple[type, ...]) -> str:
+    return " or ".join(
+        "null" if k is type(None) else {dict: "an object"}.get(k, k.__name__) for k in kinds
+    )
 
 
 def finite_or_infinite(value: Any) -> bool:
@@ -160,12 +187,7 @@ def _sides_ok(sides: Any) -> bool:
 
 def load_report(path: Path) -> dict[str, Any]:
     """A JSON report written by ``pytest --hpml-report``; a :class:`BaselineError` otherwise."""
-    try:
-        data = json.loads(_existing(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise BaselineError(
-            f"report {path} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
-        ) from None
+    data = reader.read_json(_existing(path), "report")
     problem = _report_problem(data)
     if problem:
         raise BaselineError(f"{path} is not a pytest-hpml report ({problem})")
@@ -174,8 +196,8 @@ def load_report(path: Path) -> dict[str, Any]:
 
 def _is_report(path: Path) -> bool:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = reader.read_json(path, "file")
+    except (OSError, reader.Unreadable):
         return False
     return isinstance(data, dict) and data.get("format") == files.REPORT_FORMAT
 
@@ -364,6 +386,7 @@ def run_render(args: argparse.Namespace) -> int:
     if not (args.md or args.html):
         raise BaselineError("render: say what to write, --md OUT and/or --html OUT")
     document = load_report(args.report)
+    _check_outputs(args)
     try:
         if args.md:
             files.write_markdown(args.md, document, full_report=args.report)
@@ -371,10 +394,29 @@ def run_render(args: argparse.Namespace) -> int:
         if args.html:
             _write_html(args, document)
             print(f"wrote {args.html}")
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         problem = f"{type(exc).__name__}: {exc}"
         raise BaselineError(f"report {args.report} is malformed ({problem})") from None
     return 0
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before writing anything, an output that is the report read, the other output,
+    a baseline file or a file that is not such a report (Note [Files])."""
+    named = {"--md": args.md, "--html": args.html}
+    taken = {os.path.realpath(args.report): "the report read"}
+    for option, path in named.items():
+        if path is None:
+            continue
+        same = taken.setdefault(os.path.realpath(path), option)
+        dest = "report_md" if option == "--md" else "report_html"
+        problem = (
+            f"is also {same}; name a file of its own"
+            if same != option
+            else files.output_problem(path, dest, None, None)
+        )
+        if problem:
+            raise writer.Refused(f"{option} {path} {problem}")
 
 
 def _write_html(args: argparse.Namespace, document: dict[str, Any]) -> None:
@@ -383,7 +425,7 @@ def _write_html(args: argparse.Namespace, document: dict[str, Any]) -> None:
     entries = html.stored_baselines(document, args.baselines)
     if args.baselines and not entries:
         print(f"note: no baseline samples for this machine in {args.baselines}", file=sys.stderr)
-    baselines.write_atomic(args.html, html.render(document, entries))
+    writer.write(args.html, html.render(document, entries))
 
 
 def _print(columns: Sequence[str], body: list[dict[str, str]]) -> None:

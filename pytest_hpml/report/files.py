@@ -13,28 +13,47 @@ from typing import Any
 
 import pytest
 
-from ..verdict import stats
-from ..verdict.baselines import write_atomic
+from ..storage import reader, writer
+from ..verdict import baselines, stats
 from .text import COLUMNS, citations, counts, differs, legend, rows, sides
 
 REPORT_FORMAT = "pytest-hpml-report/1"
 MARKDOWN_COLUMNS = (*COLUMNS, "reason")
 
 
+# The outputs of a run: option dest -> what it is, and a text that the file it replaces holds
+# (a file that lacks it is not a report of ours, and is not replaced: Note [Files]).
+OUTPUTS = {
+    "report": ("JSON report", f'"{REPORT_FORMAT}"'),
+    "report_md": ("Markdown summary", "pytest-hpml benchmarks"),
+    "report_html": ("HTML report", "pytest-hpml benchmarks"),
+}
+
+
 def check_paths(chosen: Any, recording: bool, root: Path) -> None:
     """Stop before any test runs if a report or (when recording) the baseline directory cannot
-    be written: found at the end, the measurements of the whole run would be lost."""
-    for dest in ("report", "report_md", "report_html"):
+    be written, or a report would replace a baseline file, another report of the run or a file
+    that is not a report: found at the end, the measurements of the whole run would be lost."""
+    directory = Path(root, chosen.baseline_dir)
+    taken: dict[str, str] = {}  # a resolved output path -> the option that names it
+    for dest in OUTPUTS:
         given = getattr(chosen, dest)
-        problem = given and _file_problem(Path(root, given))
+        if not given:
+            continue
+        path = Path(root, given)
+        same = taken.setdefault(os.path.realpath(path), _where(chosen, dest))
+        problem = (
+            f"is also {same}'s file; each report needs a path of its own"
+            if same != _where(chosen, dest)
+            else output_problem(path, dest, root, directory)
+        )
         if problem:
             raise pytest.UsageError(f"{_where(chosen, dest)}: {given} {problem}")
     if recording:
-        directory = Path(root, chosen.baseline_dir)
         where = _where(chosen, "baseline_dir")
         if directory.exists() and not directory.is_dir():
             raise pytest.UsageError(f"{where}: {chosen.baseline_dir} is a file, not a directory")
-        problem = _creatable(directory)
+        problem = writer.outside(directory, root) or writer.creatable(directory)
         if problem:
             raise pytest.UsageError(f"{where}: {chosen.baseline_dir} {problem}")
 
@@ -45,24 +64,45 @@ def _where(chosen: Any, dest: str) -> str:
     return f"--hpml-{dest.replace('_', '-')}" if source == "default" else source
 
 
-def _file_problem(path: Path) -> str | None:
-    if path.is_dir():
-        return "is a directory; name a file in it"
-    if path.exists() and not os.access(path, os.W_OK):
-        return "cannot be written (read-only)"
-    return _creatable(path.parent)
-
-
-def _creatable(directory: Path) -> str | None:
-    """Why ``directory`` cannot be made or written, or None."""
-    existing = directory
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        return f"cannot be created: {existing} is a file"
-    if not os.access(existing, os.W_OK):
-        return f"cannot be written: {existing} is read-only"
+def output_problem(
+    path: Path, dest: str, root: Path | None, baseline_dir: Path | None
+) -> str | None:
+    """Why the output ``dest`` (a key of OUTPUTS) cannot be written to ``path``, or None."""
+    problem = writer.problem(path, root)
+    if problem or writer.is_stream(path) or _step_summary(path):
+        return problem
+    if baselines.is_baseline(path) or _in_baselines(path, baseline_dir):
+        return "is a baseline file; a report never replaces one: name another file"
+    what, mark = OUTPUTS[dest]
+    if path.is_file() and path.stat().st_size and mark not in _head(path):
+        return f"exists and is not a pytest-hpml {what}; remove it or name another file"
     return None
+
+
+def _in_baselines(path: Path, directory: Path | None) -> bool:
+    """Whether ``path`` is named as a baseline file of ``directory`` is (machine-*.json...)."""
+    if directory is None or Path(os.path.realpath(path)).parent != Path(
+        os.path.realpath(directory)
+    ):
+        return False
+    return re.fullmatch(r"(machine|portable|instructions)-.*\.json", path.name) is not None
+
+
+def _head(path: Path) -> str:
+    """The start of a file, where each report says what it is (the JSON report: anywhere)."""
+    try:
+        if path.suffix == ".json":
+            return reader.read_text(path, "file")
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(4096)
+    except (OSError, reader.Unreadable):
+        return ""
+
+
+def _step_summary(path: Path) -> bool:
+    """Whether ``path`` is GitHub's step summary file, which the Markdown is appended to."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    return bool(summary) and os.path.realpath(summary) == os.path.realpath(path)
 
 
 def keep(document: dict[str, Any]) -> str:
@@ -74,8 +114,8 @@ def keep(document: dict[str, Any]) -> str:
     return path
 
 
-def write_json(path: Path, document: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps(document, indent=1, sort_keys=True) + "\n")
+def write_json(path: Path, document: dict[str, Any], root: Path | None = None) -> None:
+    writer.write(path, json.dumps(document, indent=1, sort_keys=True) + "\n", root=root)
 
 
 # Characters with a meaning in GitHub's Markdown, escaped with a backslash in every name shown.
@@ -264,20 +304,20 @@ def _one_side(against: dict[str, Any] | None) -> list[str]:
 
 
 def write_markdown(
-    path: Path, document: dict[str, Any], full_report: str | Path | None = None
+    path: Path,
+    document: dict[str, Any],
+    full_report: str | Path | None = None,
+    root: Path | None = None,
 ) -> None:
     """Write the summary; append when ``path`` is GitHub's step summary file. ``full_report``:
     the JSON report's path, named where the summary is cut."""
     text = markdown(document, full_report)
-    if os.environ.get("GITHUB_STEP_SUMMARY") and Path(os.environ["GITHUB_STEP_SUMMARY"]) == path:
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(text)
-        return
-    write_atomic(path, text)
+    writer.write(path, text, root=root, append=_step_summary(path))
 
 
-def write_html(path: Path, document: dict[str, Any]) -> None:
+def write_html(path: Path, document: dict[str, Any], root: Path | None = None) -> None:
     """A standalone HTML report (see :mod:`pytest_hpml.report.html`)."""
     from .html import render, stored_baselines  # matplotlib: only when a report is drawn
 
-    write_atomic(path, render(document, stored_baselines(document, Path(document["baseline_dir"]))))
+    stored = stored_baselines(document, Path(document["baseline_dir"]))
+    writer.write(path, render(document, stored), root=root)

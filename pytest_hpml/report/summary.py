@@ -77,7 +77,8 @@ def write_reports(verdicts: Verdicts) -> None:
         if path:
             made = made or document(verdicts)
             try:
-                write(Path(root, path), made)
+                with _compat.uncaptured(verdicts.config):  # /dev/stdout is the real one
+                    write(Path(root, path), made, root=root)
             except OSError as exc:
                 verdicts.unwritten.append(f"cannot write {path}: {exc.strerror or exc}")
             except Exception as exc:  # a report that cannot be drawn must not lose the run

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
@@ -21,11 +20,14 @@ from typing import Any, Callable
 from ..bench.metrics import kind_of
 from ..config.options import number
 from ..hardware.fingerprint import Fingerprint
+from ..storage import reader, writer
+from ..storage.reader import at
 
 FORMAT = "pytest-hpml-baselines/1"
+FIX = "fix it, or delete it and re-record with --hpml-baseline=update"
 
 
-class BaselineError(Exception):
+class BaselineError(reader.Unreadable):
     """A baseline file that cannot be used; the message names the file and how to fix it."""
 
 
@@ -52,44 +54,48 @@ def instructions_path(directory: Path, counted_on: str) -> Path:
 def load(path: Path) -> dict[str, Any]:
     """Read a baseline file; a missing one is empty, a broken one a :class:`BaselineError`."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = reader.read_json(path, "baseline file")
     except FileNotFoundError:
         return {"format": FORMAT, "entries": {}}
-    except OSError as exc:
-        raise BaselineError(f"cannot read baseline file {path}: {exc.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BaselineError(
-            f"baseline file {path} is not valid JSON ({exc.msg}: line {exc.lineno} column "
-            f"{exc.colno}); fix it, or delete it and re-record with --hpml-baseline=update"
-        ) from None
+    except reader.Unreadable as exc:
+        raise BaselineError(f"{exc}; {FIX}") from None
     problem = _shape_problem(data)
     if problem:
         raise BaselineError(
-            f"baseline file {path} is not a pytest-hpml baseline ({problem}); fix it, or delete "
-            "it and re-record with --hpml-baseline=update"
+            f"baseline file {path} is not a pytest-hpml baseline ({problem}); {FIX}"
         )
     return data
 
 
+def is_baseline(path: Path) -> bool:
+    """Whether ``path`` is a file that says it is a baseline file (readable or not)."""
+    try:
+        return reader.read_text(path, "file").find(f'"{FORMAT}"') >= 0
+    except (OSError, reader.Unreadable):
+        return False
+
+
 def _shape_problem(data: Any) -> str | None:
     if not isinstance(data, dict):
-        return "top level is not an object"
+        return "its top level is not an object"
     if data.get("format") != FORMAT:
         return f"format is {data.get('format')!r}, expected {FORMAT!r}"
     entries = data.get("entries")
     if not isinstance(entries, dict):
-        return "'entries' is not an object"
+        return "entries is not an object"
     for test, metrics in entries.items():
-        if not isinstance(metrics, dict) or not all(isinstance(m, dict) for m in metrics.values()):
-            return f"entry {test!r} is not an object of metric objects"
+        if not isinstance(metrics, dict):
+            return f"{at('entries', test)} is not an object of metrics"
+        for name, record in metrics.items():
+            if not isinstance(record, dict):
+                return f"{at('entries', test, name)} is not an object"
     return None
 
 
-def record_problem(record: dict[str, Any]) -> str | None:
-    """What makes a stored metric record unusable (NaN, infinity, strings, zero times, an
-    unknown kind), or None. Checked on every record read, so none is judged against."""
+def record_problem(record: dict[str, Any], stored: bool = False) -> str | None:
+    """What makes a metric record unusable (NaN, infinity, strings, zero times, an unknown
+    kind, and, ``stored`` in a baseline, no samples at all), or None, naming the bad field.
+    Checked on every record read, so none is judged against."""
     kind = kind_of(record)
     if kind is None:
         return f"unknown kind {record.get('kind')!r}"
@@ -99,16 +105,41 @@ def record_problem(record: dict[str, Any]) -> str | None:
         if not number(record.get("tolerance", 0.0)) or record.get("tolerance", 0.0) < 0:
             return f"tolerance {record.get('tolerance')!r} is not a number >= 0"
         return None
-    others = [record.get(key, []) for key in ("processes", "earlier")]
-    if not all(isinstance(runs, list) for runs in others):
-        return "processes and earlier must be lists of process runs"
-    for run in [record, *others[0], *others[1]]:
-        if not isinstance(run, dict) or not isinstance(run.get("samples"), list):
-            return "a process run is not an object with a list of samples"
-        for key in ("samples", "reference"):
-            values = run.get(key, [])
-            if not isinstance(values, list) or not all(number(v, True) for v in values):
-                return f"{key} must be a list of positive finite numbers"
+    for key in ("processes", "earlier"):
+        if not isinstance(record.get(key, []), list):
+            return f"processes and earlier must be lists of process runs: {key} is not a list"
+    runs = [((), record)] + [
+        ((key, i), run)
+        for key in ("processes", "earlier")
+        for i, run in enumerate(record.get(key, []))
+    ]
+    for where, run in runs:
+        problem = _run_problem(where, run)
+        if problem:
+            return problem
+    if stored and not record["samples"]:
+        return "samples is empty: a baseline without samples cannot be judged against"
+    return None
+
+
+def _run_problem(where: tuple[Any, ...], run: Any) -> str | None:
+    """What is wrong with one process run of a sampled record (``where`` in it), or None."""
+    if not isinstance(run, dict) or not isinstance(run.get("samples"), list):
+        return (
+            f"a process run is not an object with a list of samples: {at(*where) or 'the record'}"
+        )
+    for key in ("samples", "reference"):
+        values = run.get(key, [])
+        if not isinstance(values, list):
+            return (
+                f"{key} must be a list of positive finite numbers: {at(*where, key)} is not a list"
+            )
+        for i, value in enumerate(values):
+            if not number(value, True):
+                return (
+                    f"{key} must be a list of positive finite numbers: "
+                    f"{at(*where, key, i)} is {value!r}"
+                )
     return None
 
 
@@ -117,10 +148,10 @@ def unusable(data: dict[str, Any]) -> list[str]:
     said = []
     for test, metrics in data["entries"].items():
         for name in list(metrics):
-            problem = record_problem(metrics[name])
+            problem = record_problem(metrics[name], stored=True)
             if problem:
                 del metrics[name]
-                said.append(f"entry {test!r} metric {name!r}: {problem}; not used")
+                said.append(f"{at('entries', test, name)}: {problem}; not used")
     return said
 
 
@@ -155,42 +186,23 @@ def locked(path: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` in one step: readers see the old file or the new one. A
-    link is followed: the file it points to is replaced, the link stays."""
-    path = Path(os.path.realpath(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a baseline is an ordinary file
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def merge(
     path: Path,
     updates: dict[str, dict[str, Any]],
     header: dict[str, Any],
     combine: Callable[[dict[str, Any] | None, dict[str, Any]], dict[str, Any]] | None = None,
+    root: Path | None = None,
 ) -> int:
     """Merge ``updates`` (test id -> metric -> record) into ``path``; return the entry count.
 
     Metrics and tests not in ``updates`` are kept; ``combine(old, new)`` decides what a metric
-    that is already there becomes (default: the new record). A broken file is never overwritten.
+    that is already there becomes (default: the new record), and an unusable one it would
+    combine with is an error. A broken file is never overwritten; nor is a read-only one, or one
+    that ``path``, inside ``root``, reaches through a link out of it (:mod:`..storage.writer`).
     """
+    refused = writer.problem(path, root)
+    if refused:
+        raise writer.Refused(f"{path} {refused}")
     path = Path(os.path.realpath(path))  # a linked file: update what it points to
     with locked(path):
         data = load(path)
@@ -198,11 +210,27 @@ def merge(
             with contextlib.suppress(OSError):
                 stale.unlink()
         entries = data["entries"]
+        if combine is not None:
+            _combinable(path, entries, updates)
         for test, metrics in updates.items():
             stored = entries.setdefault(test, {})
             for name, record in metrics.items():
                 stored[name] = combine(stored.get(name), record) if combine else record
         data.update(header)
         data["format"] = FORMAT
-        write_atomic(path, dumps(data))
+        writer.replace(path, dumps(data))
         return len(entries)
+
+
+def _combinable(path: Path, entries: dict[str, Any], updates: dict[str, dict[str, Any]]) -> None:
+    """Refuse to add runs to a stored record that is unusable: the file would say "recorded"
+    and the next comparison reject it."""
+    for test, metrics in updates.items():
+        for name in metrics:
+            old = entries.get(test, {}).get(name)
+            problem = None if old is None else record_problem(old)
+            if problem:
+                raise BaselineError(
+                    f"baseline file {path}: {at('entries', test, name)}: {problem}; nothing can "
+                    f"be appended to it: {FIX}"
+                )

@@ -24,6 +24,7 @@ from ..config import markers
 from ..config.options import Settings
 from ..config.role import Duty, duty, is_controller, settings
 from ..hardware import fingerprint
+from ..storage.writer import Refused
 from . import baselines, paired, policy, stats
 from .judge import busy, runs, threshold_said
 
@@ -358,12 +359,13 @@ class Verdicts:
         written = []
         for path, entries in sorted(updates.items()):
             header = self._header(path, entries)
+            combine = append if self.duty.baseline == "append" else None
             try:
-                baselines.merge(
-                    path, entries, header, append if self.duty.baseline == "append" else None
-                )
-            except baselines.BaselineError as exc:
-                self.errors.append(f"{exc} (not overwritten)")
+                baselines.merge(path, entries, header, combine, root=self.config.rootpath)
+            except baselines.BaselineError as exc:  # the broken file is left as it is
+                self.unwritten.append(f"{exc} (not overwritten)")
+            except Refused as exc:
+                self.unwritten.append(f"baseline file {exc}")
             except OSError as exc:
                 self.unwritten.append(f"cannot write baseline file {path}: {exc.strerror or exc}")
             else:
@@ -480,8 +482,18 @@ def verdicts(config: pytest.Config) -> Verdicts:
 
 def reported(config: pytest.Config) -> Verdicts | None:
     """The verdicts where this process reports them: in the controller, once a benchmark gave
-    metrics or a baseline file could not be read; None elsewhere."""
-    found = config.stash.get(VERDICTS_KEY, None)
-    if found is None or not is_controller(config) or not (found.results or found.errors):
+    metrics or a baseline file could not be read, or whenever reports were asked for; None
+    elsewhere."""
+    if not is_controller(config):
         return None
-    return found
+    if reports_asked(config):  # written even when no benchmark measured anything, and say so
+        return verdicts(config)
+    found = config.stash.get(VERDICTS_KEY, None)
+    return found if found is not None and (found.results or found.errors) else None
+
+
+def reports_asked(config: pytest.Config) -> bool:
+    """Whether this process writes report files: a CI step that uploads them must find them,
+    even when every benchmark failed."""
+    chosen = settings(config)
+    return duty(config).reports and bool(chosen.report or chosen.report_md or chosen.report_html)

@@ -1,0 +1,100 @@
+"""The one reader of pytest-hpml's JSON files (baselines, reports, the requests and answers of
+its own processes): every file is untrusted input (Note [Files]).
+
+A file that cannot be used raises :class:`Unreadable`, whose message names the file and what is
+wrong with it, down to the byte or the line; what the document means is checked by its owner,
+which names the path of a bad field (:func:`at`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+# Larger than any baseline or report pytest-hpml writes (a baseline of 10,000 benchmarks with
+# six process runs each is about 250 MB), and small enough to read into memory on a CI runner.
+MAX_BYTES = 1 << 30
+# pytest-hpml's own documents nest about eight levels deep; json itself recurses, so a file
+# nested thousands deep would end in a RecursionError far from the file's name.
+MAX_DEPTH = 64
+
+
+class Unreadable(Exception):
+    """A file that cannot be read as what it should be; the message names the file."""
+
+
+def read_json(path: Path, what: str) -> Any:
+    """The JSON document in ``path``. ``what`` names it in messages ("baseline file", "report").
+    A missing file raises FileNotFoundError (the caller decides what that means); anything else
+    wrong, :class:`Unreadable`."""
+    text = read_text(path, what)
+    try:
+        document = json.loads(text)
+    except RecursionError:
+        raise Unreadable(f"{what} {path} is nested deeper than {MAX_DEPTH} levels") from None
+    except json.JSONDecodeError as exc:
+        raise Unreadable(
+            f"{what} {path} is not valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno})"
+        ) from None
+    if _deeper_than(document, MAX_DEPTH):
+        raise Unreadable(f"{what} {path} is nested deeper than {MAX_DEPTH} levels")
+    return document
+
+
+def read_text(path: Path, what: str) -> str:
+    """The UTF-8 text of ``path``: a regular file of at most MAX_BYTES."""
+    try:
+        with open(path, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise Unreadable(f"{what} {path} is not a regular file")
+            if info.st_size > MAX_BYTES:
+                raise Unreadable(
+                    f"{what} {path} is {info.st_size:,} bytes, more than the {MAX_BYTES:,} "
+                    "pytest-hpml reads"
+                )
+            data = handle.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise
+    except IsADirectoryError:
+        raise Unreadable(f"{what} {path} is a directory") from None
+    except OSError as exc:
+        raise Unreadable(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise Unreadable(
+            f"{what} {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+            f"{exc.start:,}, line {line})"
+        ) from None
+
+
+def _deeper_than(document: Any, limit: int) -> bool:
+    """Whether ``document`` nests containers more than ``limit`` levels (without recursion)."""
+    stack = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values() if isinstance(v, (dict, list)))
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value if isinstance(v, (dict, list)))
+    return False
+
+
+def at(*keys: Any) -> str:
+    """The path of a field in a document, as a reader of it writes it: ``entries["t"].time``."""
+    out = ""
+    for key in keys:
+        if isinstance(key, int):
+            out += f"[{key}]"
+        elif isinstance(key, str) and key.isidentifier():
+            out += f".{key}" if out else key
+        else:
+            out += f"[{json.dumps(key, ensure_ascii=True)}]"
+    return out
