@@ -268,6 +268,12 @@ class Collector:
         chosen = self.config.stash[options.SETTINGS_KEY]
         if judged is None and (chosen.report or chosen.report_md or chosen.report_html):
             from .verdict import session as judged
+        if (
+            judged is None
+            and chosen.benchmarks
+            and getattr(session.config.option, "numprocesses", 0)
+        ):
+            from .verdict import session as judged  # it may say why nothing was recorded
         found = None if judged is None else judged.reported(self.config)
         if found is not None:
             from .report.summary import finish

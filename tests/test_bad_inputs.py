@@ -260,6 +260,14 @@ WRITTEN: list[Case] = [
         made=("r.json", "r.md"),
     ),
     Case(
+        "xdist-recording-pure-python-benchmarks-says-why-nothing",
+        ("-n", "2", "--hpml-baseline=update"),
+        r"hpml: times were not measured: under pytest-xdist, pytest-benchmark turns timing off "
+        r".*; nothing was measured",
+        0,
+        files={"test_bench.py": BENCH},
+    ),
+    Case(
         "render-onto-its-own-report",
         ("pytest-hpml", "render", "r.json", "--md", "r.json"),
         r"^pytest-hpml: error: --md r.json is also the report read; name a file of its own",

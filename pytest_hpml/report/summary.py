@@ -138,7 +138,7 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
     """Print the verdict table, then what regressed, improved or could not be read."""
     results = verdicts.results
     reporter.write_sep("=", "hpml benchmarks")
-    for line in text.table(results):
+    for line in text.table(results) if results else ():
         reporter.write_line(line)
     if results:
         reporter.write_line(f"hpml: {text.legend(verdicts.against is not None)}")
@@ -251,10 +251,10 @@ def _work(reporter: Any, verdicts: Verdicts) -> None:
     if getattr(verdicts.config.option, "numprocesses", None) and not any(
         is_sampled(record) for r in verdicts.results for record in r["metrics"].values()
     ):
+        counts = "counts were recorded and judged" if verdicts.results else "nothing was measured"
         reporter.write_line(
             "hpml: times were not measured: under pytest-xdist, pytest-benchmark turns timing "
-            "off (tests running side by side disturb each other's times); counts were "
-            "recorded and judged",
+            f"off (tests running side by side disturb each other's times); {counts}",
             yellow=True,
         )
 

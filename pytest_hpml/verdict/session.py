@@ -486,10 +486,17 @@ def reported(config: pytest.Config) -> Verdicts | None:
     elsewhere."""
     if not is_controller(config):
         return None
-    if reports_asked(config):  # written even when no benchmark measured anything, and say so
+    if reports_asked(config) or _recording_untimed(config):  # say what came of it, always
         return verdicts(config)
     found = config.stash.get(VERDICTS_KEY, None)
     return found if found is not None and (found.results or found.errors) else None
+
+
+def _recording_untimed(config: pytest.Config) -> bool:
+    """A run asked to record baselines while pytest-xdist turns timing off: it may record
+    nothing at all, and must say why."""
+    xdist = bool(getattr(config.option, "numprocesses", None))
+    return xdist and settings(config).benchmarks and duty(config).baseline in ("update", "append")
 
 
 def reports_asked(config: pytest.Config) -> bool:
