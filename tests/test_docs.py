@@ -1,0 +1,73 @@
+"""The README and the documentation site say what the code does: the reference is generated
+from the code's registry and matches ``pytest --help``; no page names an option, ini key,
+environment variable or marker the code does not have."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from pytest_hpml.config.markers import MARKERS
+from pytest_hpml.config.options import OPTIONS
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted(
+    [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "examples").rglob("*.yml")]
+)
+
+
+def hooks():
+    """docs/hooks.py, the MkDocs hook that writes the reference tables (not a package)."""
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_generated_options_table_is_the_registry_and_pytest_help(
+    pytester: pytest.Pytester,
+) -> None:
+    rows = [line for line in hooks().options_table().splitlines() if line.startswith("| `--")]
+    assert len(rows) == len(OPTIONS)
+    shown = words(pytester.runpytest("--help").stdout.str())
+    for opt, row in zip(OPTIONS, rows):
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        assert cells[:3] == [f"`{opt.cli}`", f"`{opt.ini}`", f"`{opt.env}`"], row
+        assert opt.cli in shown
+        assert words(opt.help) in shown, f"{opt.cli}'s help is not what pytest --help prints"
+
+
+def test_the_generated_markers_table_lists_every_registered_marker() -> None:
+    table = hooks().markers_table()
+    for name in MARKERS:
+        assert f"`{name}" in table or f"@pytest.mark.{name}" in table, name
+
+
+# Names the pages may mention that are not options: the variables pytest-hpml sets for the
+# processes it starts (ranks, reruns), named where the docs explain them.
+NOT_OPTIONS = {
+    name
+    for path in (ROOT / "pytest_hpml").rglob("*.py")
+    for name in re.findall(r'"(HPML_[A-Z_]+)"', path.read_text(encoding="utf-8"))
+}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+def test_a_page_names_only_options_the_code_has(page: Path) -> None:
+    text = page.read_text(encoding="utf-8")
+    known = {o.cli for o in OPTIONS} | {o.ini for o in OPTIONS} | {o.env for o in OPTIONS}
+    named = set(re.findall(r"--hpml-[a-z][a-z-]*[a-z]", text))
+    named |= set(re.findall(r"\bhpml_(?!bench\b)[a-z][a-z_]*[a-z]\b", text)) - {"hpml_seed"}
+    named |= set(re.findall(r"\bHPML_[A-Z][A-Z_]*[A-Z]\b", text))
+    assert sorted(named - known - NOT_OPTIONS) == []
+
+
+def test_the_readme_is_read_in_five_minutes() -> None:
+    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 250
