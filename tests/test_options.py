@@ -122,29 +122,6 @@ def test_markers_lists_every_hpml_marker_with_its_signature(project: Project) ->
         result.stdout.fnmatch_lines([line])
 
 
-def readme_rows() -> dict[str, list[str]]:
-    """The README's option tables: option -> its cells (env, ini, default, meaning)."""
-    from pathlib import Path
-
-    text = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
-    rows = {}
-    for line in text.splitlines():
-        if line.startswith("| `--hpml-"):
-            cells = [c.strip() for c in line.strip("|").split(" | ")]
-            rows[cells[0].strip("`")] = cells[1:]
-    return rows
-
-
-def test_the_readme_tables_list_every_option_as_pytest_help_does() -> None:
-    rows = readme_rows()
-    assert sorted(rows) == sorted(opt.cli for opt in OPTIONS)
-    for opt in OPTIONS:
-        env, ini, default, _ = rows[opt.cli]
-        assert (env, ini) == (f"`{opt.env}`", f"`{opt.ini}`"), opt.cli
-        if opt.default and not opt.flag:
-            assert default == f"`{opt.default}`", opt.cli
-
-
 @pytest.mark.parametrize(
     ("value", "message"),
     [
