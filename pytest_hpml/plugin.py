@@ -139,8 +139,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     chosen = config.stash[options.SETTINGS_KEY]
     if not chosen.run_slow:
         markers.deselect_slow(config, items)
-    if not chosen.benchmarks:
-        markers.warn_unused_bench_marks(items)
+    markers.warn_unused_bench_marks(items, chosen.benchmarks)
     if any(uses_hpml(item) for item in items):
         check_selection(config, items)
         header.hardware_checked(config)

@@ -225,7 +225,8 @@ def test_a_directory_the_base_revision_lacks_is_a_usage_error(repo: Project) -> 
 
 def test_under_a_launcher_is_a_usage_error(repo: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rank 0 of a torchrun launch reports, but must not start pairs of processes of its own."""
-    for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")):
+    launch = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+    for name, value in {**launch, "MASTER_PORT": "29500"}.items():
         monkeypatch.setenv(name, value)
     result = repo.run("--hpml-against=HEAD")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -262,7 +263,7 @@ def test_ctrl_c_while_the_sides_measure_leaves_no_worktree(repo: Project, tmp_pa
     process stopped, and neither the worktree nor a request file left."""
     waits = TESTS.replace(
         "    benchmark(work)\n",
-        "    if os.environ.get('HPML_RERUN'):\n"
+        "    if os.environ.get('HPML_INTERNAL_RERUN'):\n"
         "        open('child.pid', 'w').write(str(os.getpid()))\n"
         "        import time; time.sleep(600)\n"
         "    benchmark(work)\n",

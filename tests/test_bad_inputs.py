@@ -79,10 +79,185 @@ def test_count(benchmark):
 
 
 # --- options, ini keys and environment variables ---------------------------------------------
-OPTIONS: list[Case] = []
+OPTIONS: list[Case] = [
+    # blank from each source: unset, and said (Note [Blank values])
+    Case(
+        "blank-variable-is-unset-and-said",
+        (),
+        r"PytestConfigWarning: HPML_DEVICE is blank: treated as unset \(default auto\)",
+        0,
+        files={"test_count.py": COUNT},
+        env={"HPML_DEVICE": " \t ", "HPML_BENCHMARKS": "1"},
+    ),
+    Case(
+        "blank-report-flag-writes-nothing-and-says-so",
+        ("--hpml-benchmarks", "--hpml-report="),
+        r"PytestConfigWarning: --hpml-report is blank: treated as unset \(default: none\)",
+        0,
+        files={"test_count.py": COUNT},
+    ),
+    Case(
+        "blank-ini-baseline-dir-records-in-the-default",
+        ("--hpml-baseline=update",),
+        r"ini hpml_baseline_dir is blank: treated as unset \(default baselines\)",
+        0,
+        files={"pytest.ini": "[pytest]\nhpml_baseline_dir =\n", "test_count.py": COUNT},
+        made=(PORTABLE,),
+    ),
+    Case(
+        "blank-toml-value-is-unset-and-said",
+        ("--hpml-benchmarks",),
+        r"ini hpml_precision is blank: treated as unset \(default fp32\)",
+        0,
+        files={
+            "pyproject.toml": '[tool.pytest.ini_options]\nhpml_precision = "  "\n',
+            "test_count.py": COUNT,
+        },
+    ),
+    Case(
+        "blank-under-warnings-as-errors",
+        ("-W", "error"),
+        r"ERROR: HPML_SEED is blank: treated as unset \(default 0\); an error under this run's "
+        r"warning filters",
+        USAGE,
+        env={"HPML_SEED": ""},
+    ),
+    Case(
+        "blank-against-with-pairs",
+        ("--hpml-against= ", "--hpml-pairs=3"),
+        r"ERROR: --hpml-pairs applies only with --hpml-against, which is not given; give "
+        r"--hpml-against, or drop --hpml-pairs",
+        USAGE,
+    ),
+    # options that work only with another
+    Case(
+        "against-python-without-against",
+        (),
+        r"ERROR: HPML_AGAINST_PYTHON applies only with --hpml-against, which is not given; give "
+        r"--hpml-against, or unset HPML_AGAINST_PYTHON",
+        USAGE,
+        env={"HPML_AGAINST_PYTHON": "/nonexistent"},
+    ),
+    Case(
+        "benchmark-options-while-benchmarks-are-off",
+        ("--hpml-baseline=update", "--hpml-report=r.json"),
+        r"ERROR: --hpml-baseline is an option of pytest-hpml's benchmarks, but HPML_BENCHMARKS "
+        r"turned them off; drop --hpml-baseline, or turn them on with --hpml-benchmarks",
+        USAGE,
+        files={"test_count.py": COUNT},
+        env={"HPML_BENCHMARKS": "0"},
+    ),
+    Case(
+        "hpml-benchmarks-without-pytest-benchmark",
+        ("-p", "no:benchmark", "--hpml-benchmarks"),
+        r"ERROR: pytest-benchmark is disabled \(-p no:benchmark\), but --hpml-benchmarks asks "
+        r"for pytest-hpml's benchmarks, which measure with its benchmark fixture; drop one",
+        USAGE,
+        files={"test_bench.py": BENCH},
+    ),
+    # counts that crash the process or are no count
+    Case(
+        "threads-that-abort-libgomp",
+        ("--hpml-threads=20000",),
+        r"argument --hpml-threads: expected auto or a positive number of threads "
+        r"\(at most 1024\), got '20000'",
+        USAGE,
+    ),
+    Case(
+        "more-digits-than-int-reads",
+        (),
+        r"ERROR: HPML_PAIRS=9{60}\.\.\. \(1000 characters\): expected 2 to 32 pairs, got '9+'",
+        USAGE,
+        env={"HPML_PAIRS": "9" * 1000, "PYTHONINTMAXSTRDIGITS": "640"},  # int() refuses 641
+    ),
+    # text: pasted, look-alike, controlling the terminal
+    Case(
+        "a-pasted-file-as-a-value",
+        (),
+        r"ERROR: ini hpml_machine = x{60}\.\.\. \(5000 characters\) \(\S+pytest.ini\): a value "
+        r"of 5000 characters; at most 4096",
+        USAGE,
+        files={"pytest.ini": "[pytest]\nhpml_machine = " + "x" * 5000 + "\n"},
+    ),
+    Case(
+        "fullwidth-device",
+        ("--hpml-device=\uff43\uff50\uff55",),
+        r"argument --hpml-device: unknown device '\uff43\uff50\uff55'; choose from auto, cpu",
+        USAGE,
+    ),
+    Case(
+        "control-characters-in-a-name",
+        (),
+        r"ERROR: HPML_MACHINE='box\\x1b\]0;x\\x07': the value contains the control character "
+        r"'\\x1b'; remove it",
+        USAGE,
+        env={"HPML_MACHINE": "box\x1b]0;x\x07"},
+    ),
+]
 
 # --- marker and fixture arguments (indirect parametrization included) -------------------------
-ARGUMENTS: list[Case] = []
+ARGUMENTS: list[Case] = [
+    Case(
+        "indirect-parameters-read-as-their-options",
+        (),
+        r"(?s)test_x.py::test_precision\[fp8\]: fixture precision, parametrized with 'fp8': "
+        r"unknown precision 'fp8'; choose from fp32, tf32, fp16, bf16\n"
+        r".*test_x.py::test_workers\[-1\]: fixture num_workers, parametrized with -1: unknown "
+        r"worker count '-1'; choose from integers >= 0 or auto\n"
+        r".*test_x.py::test_device\[tpu\]: fixture device, parametrized with 'tpu': unknown "
+        r"device 'tpu'; choose from auto, cpu, cuda, cuda:N, mps\n.* 3 errors",
+        FAILED,
+        files={
+            "test_x.py": "import pytest\n\n\n"
+            '@pytest.mark.parametrize("precision", ["fp8"], indirect=True)\n'
+            "def test_precision(precision):\n    pass\n\n\n"
+            '@pytest.mark.parametrize("num_workers", [-1], indirect=True)\n'
+            "def test_workers(num_workers):\n    pass\n\n\n"
+            '@pytest.mark.parametrize("device", ["tpu"], indirect=True)\n'
+            "def test_device(device):\n    pass\n"
+        },
+    ),
+    Case(
+        "tolerance-of-a-count-the-benchmark-does-not-record",
+        ("--hpml-benchmarks", "--hpml-bench-time=0.2"),
+        r"hpml: ERROR test_bench.py::test_sum: hpml_bench\(tolerance=\.\.\.\) names "
+        r"no_such_counter, which this benchmark does not count; it counts instructions",
+        FAILED,
+        files={
+            "test_bench.py": "import pytest\n\n\n"
+            '@pytest.mark.hpml_bench(tolerance={"no_such_counter": 0.01})\n' + BENCH.lstrip()
+        },
+    ),
+    Case(
+        "hpml-bench-mark-on-a-test-that-benchmarks-nothing",
+        ("--hpml-benchmarks",),
+        r"@pytest.mark.hpml_bench on 1 test\(s\) \(test_x.py::test_plain, \.\.\.\) has no "
+        r"effect: no test it marks asks for the benchmark fixture",
+        0,
+        files={
+            "test_x.py": "import pytest\n\n\n"
+            "@pytest.mark.hpml_bench(threshold=0.5)\ndef test_plain():\n    pass\n"
+        },
+    ),
+    Case(
+        "distributed-timeout-beyond-the-options-bound",
+        (),
+        r"test_x.py::test_ranks: wrong @pytest.mark.distributed: timeout: expected seconds in "
+        r"\(0, 3600\], got '1e\+15', as --hpml-dist-timeout",
+        FAILED,
+        files={
+            "test_x.py": "import pytest\n\n\n"
+            "@pytest.mark.distributed(timeout=1e15)\ndef test_ranks():\n    pass\n"
+        },
+    ),
+    Case(
+        "a-failing-benchmark-shows-the-users-frames-only",
+        ("--hpml-benchmarks",),
+        r"(?s)\A(?!.*pytest_hpml/bench/).*>   fail = lambda: 1 / 0\n.*ZeroDivisionError",
+        FAILED,
+        files={"test_fails.py": FAILING},
+    ),
+]
 
 # --- files read: baselines, reports ------------------------------------------------------------
 READ: list[Case] = [
@@ -281,10 +456,212 @@ WRITTEN: list[Case] = [
 ]
 
 # --- internal variables and the distributed environment ---------------------------------------
-ENVIRONMENT: list[Case] = []
+ENVIRONMENT: list[Case] = [
+    Case(
+        "internal-rerun-variable-naming-a-file-of-the-user",
+        ("--hpml-benchmarks",),
+        r"(?m)^ERROR: HPML_INTERNAL_RERUN=settings.json: this variable is internal to "
+        r"pytest-hpml .*settings.json is no file pytest-hpml made .*; the file was left as it was",
+        USAGE,
+        files={"test_count.py": COUNT, "settings.json": '{"keep": true}'},
+        env={"HPML_INTERNAL_RERUN": "settings.json"},
+    ),
+    Case(
+        "internal-rerun-request-that-is-not-json",
+        ("--hpml-benchmarks",),
+        r"HPML_INTERNAL_RERUN=pytest-hpml-rerun-1.json: .*rerun request pytest-hpml-rerun-1.json "
+        r"is not valid JSON \(Expecting value: line 1 column 1\)",
+        USAGE,
+        files={"test_count.py": COUNT, "pytest-hpml-rerun-1.json": "not json"},
+        env={"HPML_INTERNAL_RERUN": "pytest-hpml-rerun-1.json"},
+    ),
+    Case(
+        "internal-rerun-request-that-is-another-document",
+        ("--hpml-benchmarks",),
+        r'pytest-hpml-rerun-2.json is no pytest-hpml rerun request \(its "format" is not',
+        USAGE,
+        files={
+            "test_count.py": COUNT,
+            "pytest-hpml-rerun-2.json": json.dumps({"format": "pytest-hpml-report/1"}),
+        },
+        env={"HPML_INTERNAL_RERUN": "pytest-hpml-rerun-2.json"},
+    ),
+    Case(
+        "internal-rerun-request-linked-to-a-file-of-the-user",
+        ("--hpml-benchmarks",),
+        r"pytest-hpml-rerun-3.json is no regular file",
+        USAGE,
+        files={"test_count.py": COUNT, "settings.json": '{"keep": true}'},
+        links={"pytest-hpml-rerun-3.json": "settings.json"},
+        env={"HPML_INTERNAL_RERUN": "pytest-hpml-rerun-3.json"},
+    ),
+    # Once: nothing for 301 s, then DistStoreError. The timeout is a safety net, never reached.
+    Case(
+        "rank-variables-no-launcher-set",
+        ("--hpml-dist-timeout=5",),
+        r"(?m)^ERROR: hpml: RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 are set, but MASTER_ADDR and "
+        r"MASTER_PORT not: no launcher started this pytest .*Unset RANK, WORLD_SIZE, LOCAL_RANK",
+        USAGE,
+        files={"test_ranks.py": "def test_x(rank):\n    pass\n"},
+        env={
+            "RANK": "0",
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": "0",
+            "MASTER_ADDR": "",
+            "MASTER_PORT": "",
+        },
+    ),
+    Case(
+        "rank-beyond-the-world-size",
+        ("--hpml-dist-timeout=5",),
+        r"(?m)^ERROR: hpml: SLURM_PROCID=2 SLURM_NTASKS=2 SLURM_LOCALID=0: SLURM_PROCID and "
+        r"SLURM_LOCALID must be below SLURM_NTASKS",
+        USAGE,
+        files={"test_ranks.py": "def test_x(rank):\n    pass\n"},
+        env={"SLURM_PROCID": "2", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0"},
+    ),
+    # Once: a 76-line INTERNALERROR per rank. (Where torch has MPI, mpi is no bad input.)
+    *(
+        []
+        if __import__("torch.distributed").distributed.is_mpi_available()
+        else [
+            Case(
+                "dist-backend-torch-was-built-without",
+                ("--hpml-dist-backend=mpi", "-rs"),
+                r"SKIPPED \[1\] test_ranks.py:4: mpi backend \(--hpml-dist-backend=mpi\): torch "
+                r"\S+ was built without it \(torch.distributed.is_mpi_available\(\) is False\)",
+                0,
+                files={
+                    "test_ranks.py": "import pytest\n\n\n"
+                    "@pytest.mark.distributed(world_size=2)\ndef test_x(rank):\n    pass\n"
+                },
+            )
+        ]
+    ),
+]
 
 # --- what reaches a terminal, a Markdown or an HTML page ---------------------------------------
-SHOWN: list[Case] = []
+# What a crafted file or option carries: an OSC sequence retitling the terminal, a bell, an
+# erase of the screen; and as pytest-hpml shows it (report.text.visible), as a pattern.
+CRAFTED = "\x1b]0;pwned\x07\x1b[2J"
+CRAFTED_SHOWN = re.escape(r"\x1b]0;pwned\x07\x1b[2J")
+CRAFTED_MD = re.escape(r"\\x1b\]0;pwned\\x07\\x1b\[2J")  # the same in Markdown, escaped again
+# Output that holds no raw control character but the newlines that join its lines, and no
+# bidirectional override; then anything. A pattern's prefix (its '.' matches newlines too).
+NO_RAW = r"(?s)\A(?!.*[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]).*"
+CRAFTED_FINGERPRINT = {**_HERE.as_dict(), "name": f"box{CRAFTED}", "id": f"id{CRAFTED}"}
+CRAFTED_BASELINE = json.dumps(
+    {
+        "format": "pytest-hpml-baselines/1",
+        "fingerprint": CRAFTED_FINGERPRINT,
+        "entries": {f"test_a.py::test{CRAFTED}": {"time\u202e": TIME}},
+    }
+)
+CRAFTED_REPORT = json.dumps(
+    {
+        "format": "pytest-hpml-report/1",
+        "fingerprint": CRAFTED_FINGERPRINT,
+        "commit": f"c{CRAFTED}",
+        "baseline_mode": "compare",
+        "baseline_dir": f"b{CRAFTED}",
+        "errors": [f"e{CRAFTED}"],
+        "results": [
+            {
+                "test": f"test_a.py::test{CRAFTED}",
+                "metrics": {"n\u202e": {"kind": "count", "unit": "", "value": 2}},
+                "verdicts": {
+                    "n\u202e": {
+                        "verdict": "regressed",
+                        "baseline": 1,
+                        "current": 2,
+                        "change": 1.0,
+                        "confidence": None,
+                        "reason": f"r{CRAFTED}",
+                    }
+                },
+            }
+        ],
+    }
+)
+# Another machine's baseline file: a run on this one says its name beside theirs.
+OTHER_MACHINE = json.dumps(
+    {
+        "format": "pytest-hpml-baselines/1",
+        "fingerprint": {**_HERE.as_dict(), "cores": _HERE.cores + 1, "name": "other"},
+        "entries": {"test_bench.py::test_sum": {"time": TIME}},
+    }
+)
+# An inner test recording a count whose name carries the controls (its source stays ASCII).
+CRAFTED_COUNT = f"""
+def test_count(benchmark):
+    benchmark.record({"n" + CRAFTED!r}, 1, portable=True)
+"""
+SHOWN: list[Case] = [
+    Case(
+        "show-a-crafted-baseline-file",
+        ("pytest-hpml", "show", "baselines/machine-crafted.json"),
+        rf"{NO_RAW}\ntest_a\.py::test{CRAFTED_SHOWN} +time\\u202e +time +700 ns",
+        0,
+        files={"baselines/machine-crafted.json": CRAFTED_BASELINE},
+    ),
+    Case(
+        "list-a-crafted-machine-name",
+        ("pytest-hpml", "list", "--dir", "baselines"),
+        rf"{NO_RAW}\nmachine-crafted\.json +box{CRAFTED_SHOWN} +id{CRAFTED_SHOWN} +1 +1",
+        0,
+        files={"baselines/machine-crafted.json": CRAFTED_BASELINE},
+    ),
+    Case(
+        "diff-crafted-names",
+        ("pytest-hpml", "diff", "crafted.json", "crafted.json"),
+        rf"{NO_RAW}\ntest_a\.py::test{CRAFTED_SHOWN} +time\\u202e +700 ns +700 ns +\+0\.0%",
+        0,
+        files={"crafted.json": CRAFTED_BASELINE},
+    ),
+    Case(
+        "render-a-crafted-report-to-markdown-and-html",
+        ("pytest-hpml", "render", "r.json", "--md", "/dev/stdout", "--html", "/dev/stderr"),
+        rf"{NO_RAW}Machine: box{CRAFTED_MD} \(id{CRAFTED_MD}\).*"
+        rf"\| test\\_a\.py::test{CRAFTED_MD} \| n\\\\u202e \|.*\| r{CRAFTED_MD} \|.*"
+        rf"<dd>box{CRAFTED_SHOWN} \(id{CRAFTED_SHOWN}\)</dd>.*<li>e{CRAFTED_SHOWN}</li>",
+        0,
+        files={"r.json": CRAFTED_REPORT},
+    ),
+    Case(  # an option refuses control characters; what it says shows them escaped
+        "a-machine-name-with-controls",
+        ("--hpml-benchmarks", f"--hpml-machine=m{CRAFTED}"),
+        rf"{NO_RAW}--hpml-machine\b.*\\x1b",
+        USAGE,
+        files={"test_count.py": COUNT},
+    ),
+    Case(  # bidirectional overrides are not controls: the name is kept, and shown escaped
+        "terminal-and-markdown-of-a-crafted-machine-name-and-baseline-file-name",
+        (
+            "--hpml-benchmarks",
+            "--hpml-bench-time=0.2",
+            "--hpml-machine=box\u202e\u2066",
+            "--hpml-report-md=/dev/stdout",
+        ),
+        rf"{NO_RAW}Machine: box\\\\u202e\\\\u2066 \(.*"
+        r"hpml: no time baselines for this machine \(box\\u202e\\u2066, id \w+\); .*"
+        rf"the nearest machine-{CRAFTED_SHOWN}\.json, ",
+        0,
+        files={"test_bench.py": BENCH, f"baselines/machine-{CRAFTED}.json": OTHER_MACHINE},
+    ),
+    Case(
+        "the-command-given-an-argument-with-controls",
+        ("pytest-hpml", "list", f"x{CRAFTED}"),
+        rf"{NO_RAW}pytest-hpml: error: unrecognized arguments: x{CRAFTED_SHOWN}",
+        CLI_ERROR,
+    ),
+    Case(
+        "terminal-table-of-a-crafted-metric-name",
+        ("--hpml-benchmarks",),
+        rf"{NO_RAW}\ntest_crafted\.py::test_count +n{CRAFTED_SHOWN} +- +1 +- ",
+        0,
+        files={"test_crafted.py": CRAFTED_COUNT},
+    ),
+]
 
 CASES = [*OPTIONS, *ARGUMENTS, *READ, *WRITTEN, *ENVIRONMENT, *SHOWN]
 

@@ -164,6 +164,15 @@ def test_too_few_rounds_are_inconclusive(project: Project) -> None:
     result = project.bench(THRESHOLD)
     assert result.ret == pytest.ExitCode.OK
     assert project.verdicts(result) == {WORK_TIME: "inconclusive"}
+    # the last hpml line says what to do instead
+    [last] = [line for line in result.outlines if line.startswith("hpml: ")][-1:]
+    assert re.fullmatch(
+        r"hpml: 1 time verdict\(s\) could not be reached against the stored baselines"
+        r"( on this busy machine)?; judge the change against its base instead "
+        r"\(--hpml-against=origin/main .*\), or record and compare on a dedicated runner; "
+        r"counts were judged all the same",
+        last,
+    ), last
 
 
 def test_the_hpml_table_says_how_its_times_differ_from_pytest_benchmarks(

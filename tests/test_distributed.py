@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import torch
 
-from pytest_hpml.config.role import Launch, launch_from
+from pytest_hpml.config.role import Launch, launch_from, launch_problem
 from tests.test_processes import hpml_files, start_pytest, still_running, wait_for_pid
 
 if TYPE_CHECKING:
@@ -488,6 +489,148 @@ def test_launchers_are_recognized_from_their_environment(
     environ: dict[str, str], expected: Launch | None
 ) -> None:
     assert launch_from(environ) == expected
+
+
+TORCHRUN = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}
+RENDEZVOUS = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
+@pytest.mark.parametrize(
+    ("environ", "said"),
+    [
+        ({**TORCHRUN, **RENDEZVOUS}, None),
+        ({**TORCHRUN, **RENDEZVOUS, "TORCHELASTIC_RUN_ID": "none"}, None),
+        (
+            TORCHRUN,
+            "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 are set, but MASTER_ADDR and MASTER_PORT not: no "
+            "launcher started this pytest",
+        ),
+        ({**TORCHRUN, "MASTER_ADDR": "h"}, "are set, but MASTER_PORT not"),
+        ({**TORCHRUN, **RENDEZVOUS, "MASTER_PORT": "0"}, "MASTER_PORT is no port number"),
+        ({**TORCHRUN, **RENDEZVOUS, "RANK": "2"}, "RANK and LOCAL_RANK must be below WORLD_SIZE"),
+        (
+            {"SLURM_PROCID": "4", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0"},
+            "SLURM_PROCID=4 SLURM_NTASKS=4 SLURM_LOCALID=0: SLURM_PROCID and SLURM_LOCALID must "
+            "be below SLURM_NTASKS",
+        ),
+        # srun and mpirun set no rendezvous address: rank 0's host and a fixed port are used
+        ({"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1"}, None),
+        ({**TORCHRUN, "HPML_RANK_RESULT": "/r.json"}, None),  # a rank pytest-hpml spawned
+    ],
+    ids=[
+        "torchrun",
+        "torchrun-elastic",
+        "no-rendezvous",
+        "no-port",
+        "port-zero",
+        "rank-beyond",
+        "srun-rank-beyond",
+        "srun",
+        "spawned",
+    ],
+)
+def test_rank_variables_that_no_launcher_set_are_told_apart(
+    environ: dict[str, str], said: str | None
+) -> None:
+    here = launch_from(environ)
+    assert here is not None
+    problem = launch_problem(environ, here)
+    if said is None:
+        assert problem is None
+    else:
+        assert said in (problem or "")
+
+
+def test_rank_variables_left_in_the_shell_are_a_usage_error_at_once(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once, rank 0 of such a "launch" waited 300 s for a rank 1 that never came, then raised
+    DistStoreError. The timeout given is a safety net: the run must end long before it."""
+    _project(project, RANKS)
+    for name, value in {**TORCHRUN, "MASTER_ADDR": "", "MASTER_PORT": ""}.items():
+        monkeypatch.setenv(name, value)
+    start = time.monotonic()
+    result = project.run_subprocess("--hpml-dist-timeout=60")
+    assert time.monotonic() - start < 60
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: hpml: RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 are set, but MASTER_ADDR and "
+            "MASTER_PORT not: no launcher started this pytest *. Unset RANK, WORLD_SIZE, "
+            "LOCAL_RANK to run the tests in this process *"
+        ]
+    )
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_launch_whose_other_ranks_never_come_says_so_and_ends_at_the_timeout(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rendezvous address set, but no rank 1: rank 0 says where it waits and for how long
+    (--hpml-dist-timeout), then ends with a usage error saying why."""
+    _project(project, "def test_x():\n    pass\n")
+    port = _free_port()
+    for name, value in {**TORCHRUN, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(name, value)
+    result = project.run_subprocess("--hpml-dist-timeout=2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(
+        [
+            f"hpml: torchrun rank 0 of 2: joining the others at 127.0.0.1:{port} (gloo), for at "
+            "most 2 s (--hpml-dist-timeout)"
+        ]
+    )
+    result.stderr.fnmatch_lines(
+        [
+            f"ERROR: hpml: torchrun rank 0 of 2 could not join the process group at "
+            f"127.0.0.1:{port} (gloo) within 2 s: DistStoreError: *1/2 clients joined*"
+        ]
+    )
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def _unbuilt_backend() -> str:
+    """A backend this torch was built without (mpi, on the wheels of PyPI)."""
+    import torch.distributed as dist
+
+    for backend in ("mpi", "nccl", "gloo"):
+        if not getattr(dist, f"is_{backend}_available")():
+            return backend
+    pytest.skip("this torch has every torch.distributed backend")
+
+
+def test_a_backend_torch_was_built_without_is_a_skip_before_any_rank_starts(
+    project: Project,
+) -> None:
+    """As nccl without GPUs is: once, each rank printed a 76-line INTERNALERROR."""
+    backend = _unbuilt_backend()
+    _project(
+        project,
+        RANKS
+        + f"""
+
+@pytest.mark.distributed(world_size=2, backend="{backend}")
+def test_marked(rank):
+    pass
+
+
+def test_plain(dist_backend):
+    pass
+""",
+    )
+    result = project.run(f"--hpml-dist-backend={backend}", "-rs")
+    result.assert_outcomes(skipped=3)
+    skips = [line for line in result.outlines if line.startswith("SKIPPED [1]")]
+    built_without = (
+        f"torch {torch.__version__} was built without it "
+        f"(torch.distributed.is_{backend}_available() is False)"
+    )
+    option = f"{backend} backend (--hpml-dist-backend={backend}): {built_without}"
+    marker = f"{backend} backend (@pytest.mark.distributed(backend='{backend}')): {built_without}"
+    reasons = sorted(line.split(": ", 1)[1] for line in skips)
+    assert reasons == sorted([option, option, marker]), skips
+    assert project.records() == []  # no rank ran
+    assert "INTERNALERROR" not in result.stdout.str()
 
 
 def test_a_benchmark_in_a_distributed_test_is_recorded_once_from_rank_0(project: Project) -> None:

@@ -52,7 +52,7 @@ def test_the_generated_markers_table_lists_every_registered_marker() -> None:
 
 # Names the pages may mention that are not options: the variables pytest-hpml sets for the
 # processes it starts (ranks, reruns), named where the docs explain them.
-NOT_OPTIONS = {
+NOT_OPTIONS = {"HPML_RERUN"} | {  # the rerun channel's former name, which a note tells of
     name
     for path in (ROOT / "pytest_hpml").rglob("*.py")
     for name in re.findall(r'"(HPML_[A-Z_]+)"', path.read_text(encoding="utf-8"))

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
+from pytest_hpml.config.options import MAX_RANKS, MAX_THREADS, shown
+
 if TYPE_CHECKING:
     from tests.conftest import Project
 
@@ -40,6 +42,24 @@ BAD_VALUES = [
     ("workers", "100000", "worker count 100000 is more than 256; choose fewer"),
     ("bench_time", "-1", "expected seconds in (0, 3600], got '-1'"),
     ("bench_time", "1s", "expected seconds, got '1s'"),
+    # a count that crashes the process (libgomp aborts at 20000 threads), or starts too many
+    (
+        "threads",
+        "20000",
+        f"expected auto or a positive number of threads (at most {MAX_THREADS}), got '20000'",
+    ),
+    (
+        "max_ranks",
+        "40000",
+        f"expected auto or a positive number of ranks (at most {MAX_RANKS}), got '40000'",
+    ),
+    ("pairs", "9" * 40, f"expected 2 to 32 pairs, got '{'9' * 40}'"),
+    # text that only looks right: fullwidth letters, a digit torch does not read
+    ("device", "\uff43\uff50\uff55", "unknown device '\uff43\uff50\uff55'; choose from auto"),
+    ("device", "cuda:\u0661", "unknown device 'cuda:\u0661'; choose from auto"),
+    # what no setting holds: a control character, a pasted file
+    ("machine", "a\x1bb", "the value contains the control character '\\x1b'; remove it"),
+    ("report", "x" * 5000, "a value of 5000 characters; at most 4096"),
 ]
 
 # where the error says the value came from, per source
@@ -61,14 +81,14 @@ def assert_usage_error(result: pytest.RunResult, *fragments: str) -> None:
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     BAD_VALUES,
-    ids=[f"{option}-{value}" for option, value, _ in BAD_VALUES],
+    ids=[f"{option}-{ascii(value)[1:30]}" for option, value, _ in BAD_VALUES],
 )
 def test_bad_value_is_a_usage_error_naming_the_choices(
     project: Project, source: str, option: str, value: str, message: str
 ) -> None:
     result = project.run(*project.configure(source, **{option: value}))
     origin = ORIGINS[source].format(
-        option=option, dashed=option.replace("_", "-"), upper=option.upper(), value=value
+        option=option, dashed=option.replace("_", "-"), upper=option.upper(), value=shown(value)
     )
     assert_usage_error(result, origin, message)
 
@@ -82,6 +102,133 @@ def test_bad_value_is_a_usage_error_naming_the_choices(
 )
 def test_bad_run_slow_value_is_a_usage_error(project: Project, where: str, message: str) -> None:
     assert_usage_error(project.run(*project.configure(where, run_slow="maybe")), message)
+
+
+def named(source: str, option: str) -> str:
+    """How a message names ``option`` set from ``source``."""
+    return {"cli": f"--hpml-{option.replace('_', '-')}", "env": f"HPML_{option.upper()}"}.get(
+        source, f"ini hpml_{option}"
+    )
+
+
+def not_opted_in(project: Project) -> None:
+    """Unset the variables that make every inner project an hpml project."""
+    for name in ("HPML_BENCHMARKS", "HPML_PROCESSES", "HPML_RECORD_PROCESSES"):
+        project.monkeypatch.delenv(name)
+
+
+PLAIN = "def test_plain():\n    pass\n"
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("pairs", "3"), ("against_python", "/no/such/python"), ("against_paths", "src")],
+)
+def test_an_option_of_head_against_base_without_against_is_a_usage_error(
+    project: Project, source: str, option: str, value: str
+) -> None:
+    """Given for this run it would be ignored; in the ini file it is standing configuration
+    for the runs that give --hpml-against, and no error."""
+    project.write_tests(PLAIN)
+    result = project.run(*project.configure(source, **{option: value}))
+    if source in ("ini", "toml"):
+        result.assert_outcomes(passed=1)
+        return
+    given = named(source, option)
+    drop = f"unset {given}" if source == "env" else f"drop {given}"
+    assert_usage_error(
+        result,
+        f"{given} applies only with --hpml-against, which is not given; give --hpml-against, "
+        f"or {drop}",
+    )
+    assert len(project.error_lines(result)) == 1
+
+
+@pytest.mark.parametrize(("off", "given"), [("env", "cli"), ("ini", "cli"), ("ini", "env")])
+def test_a_benchmark_option_given_while_benchmarks_are_off_is_a_usage_error(
+    project: Project, off: str, given: str
+) -> None:
+    """HPML_BENCHMARKS=0 pytest --hpml-baseline=update --hpml-report=r.json ran, wrote
+    nothing and said nothing."""
+    not_opted_in(project)
+    project.write_tests(PLAIN)
+    args = project.configure(off, benchmarks="0")
+    args += project.configure(given, baseline="update", report="r.json")
+    result = project.run(*args)
+    drop = f"unset {named(given, 'baseline')}" if given == "env" else "drop --hpml-baseline"
+    assert_usage_error(
+        result,
+        f"{named(given, 'baseline')} is an option of pytest-hpml's benchmarks, but "
+        f"{named(off, 'benchmarks')} turned them off; {drop}, or turn them on with "
+        "--hpml-benchmarks",
+    )
+    assert sorted(p.name for p in project.path.iterdir()) == ["conftest.py", "test_inner.py"] + (
+        ["tox.ini"] if off == "ini" else []
+    )
+
+
+def test_a_benchmark_option_of_the_ini_file_while_benchmarks_are_off_is_no_error(
+    project: Project,
+) -> None:
+    not_opted_in(project)
+    project.write_tests(PLAIN)
+    project.configure("env", benchmarks="0")
+    project.configure("ini", report="r.json")
+    project.run().assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    ("args", "asks"),
+    [
+        (("--hpml-benchmarks",), "--hpml-benchmarks"),
+        ((), "HPML_BENCHMARKS"),
+        (("--hpml-report=r.json",), "--hpml-report"),
+    ],
+)
+def test_hpml_benchmarks_asked_for_without_pytest_benchmark_is_a_usage_error(
+    project: Project, args: tuple[str, ...], asks: str
+) -> None:
+    """They measure with pytest-benchmark's fixture: without it, every benchmark test failed
+    with "recursive dependency involving fixture 'benchmark'"."""
+    if asks != "HPML_BENCHMARKS":
+        not_opted_in(project)
+    project.write_tests(PLAIN)
+    result = project.run("-p", "no:benchmark", *args)
+    assert_usage_error(
+        result,
+        f"pytest-benchmark is disabled (-p no:benchmark), but {asks} asks for pytest-hpml's "
+        "benchmarks, which measure with its benchmark fixture; drop one",
+    )
+
+
+def test_hpml_benchmarks_of_the_ini_file_are_off_without_pytest_benchmark(
+    project: Project,
+) -> None:
+    """-p no:benchmark is the run's word against the ini file's standing one: the benchmarks
+    are off, said once, and the other tests run."""
+    not_opted_in(project)
+    project.write_tests(PLAIN + "\n\ndef test_bench(benchmark):\n    pass\n")
+    project.configure("ini", benchmarks="true")
+    result = project.run("-p", "no:benchmark")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*fixture 'benchmark' not found",
+            "*PytestConfigWarning: pytest-benchmark is disabled (-p no:benchmark): pytest-hpml's "
+            "benchmarks, turned on by ini hpml_benchmarks, are off for this run",
+        ]
+    )
+    assert "recursive dependency" not in result.stdout.str()
+
+
+def test_a_run_that_asks_nothing_of_pytest_hpml_is_not_broken_by_no_benchmark(
+    project: Project,
+) -> None:
+    not_opted_in(project)
+    project.write_tests(PLAIN)
+    result = project.run("-p", "no:benchmark")
+    result.assert_outcomes(passed=1)
+    assert "PytestConfigWarning" not in result.stdout.str()
 
 
 def test_unknown_compile_backend_is_a_usage_error_listing_the_known_ones(

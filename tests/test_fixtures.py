@@ -1,4 +1,5 @@
-"""Fixtures: device, precision, backend, dist_backend, num_workers and hpml_seed."""
+"""Fixtures: device, precision, backend, dist_backend, num_workers and hpml_seed; the
+benchmark fixture's tracebacks."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
+from pytest_hpml.bench.measure import Plan, measure, users_error
 from pytest_hpml.fixtures.precision import Precision, tf32
 
 if TYPE_CHECKING:
@@ -202,9 +204,17 @@ def test_dist_backend_auto_is_gloo_on_cpu(project: Project) -> None:
 
 @pytest.mark.parametrize("name", ["gloo", "nccl", "mpi"])
 def test_dist_backend_given_explicitly_is_returned_as_is(project: Project, name: str) -> None:
+    """Or, where this torch was built without it, the test is skipped, saying so."""
     project.write_probe()
-    project.run(f"--hpml-dist-backend={name}").assert_outcomes(passed=1)
-    assert [r["dist_backend"] for r in project.records()] == [name]
+    result = project.run(f"--hpml-dist-backend={name}", "-rs")
+    if getattr(torch.distributed, f"is_{name}_available")():
+        result.assert_outcomes(passed=1)
+        assert [r["dist_backend"] for r in project.records()] == [name]
+    else:
+        result.assert_outcomes(skipped=1)
+        result.stdout.fnmatch_lines(
+            [f"SKIPPED * {name} backend (--hpml-dist-backend={name}): torch * built without it*"]
+        )
 
 
 @pytest.mark.parametrize(
@@ -254,3 +264,65 @@ def test_different_seeds_give_different_random_numbers(project: Project) -> None
     first, second = project.records()
     assert (first["seed"], second["seed"]) == (1, 2)
     assert all(a != b for a, b in zip(first["draws"], second["draws"]))
+
+
+FAILING_BENCHMARKS = """
+def divide(x):
+    return 1 / x
+
+
+def test_call(benchmark):
+    benchmark(divide, 0)
+
+
+def test_variants(benchmark):
+    benchmark.variants({"one": lambda: divide(1), "zero": lambda: divide(0)})
+
+
+def test_not_callable(benchmark):
+    benchmark(5)
+
+
+def test_bad_amount(benchmark):
+    benchmark.expect_change("why", ops="lots")
+"""
+
+
+def test_a_failing_benchmark_shows_the_users_frames_not_pytest_hpmls(project: Project) -> None:
+    """Between the test and the code it benchmarks lie pytest-hpml's measuring frames: a failure
+    of that code, or pytest-hpml refusing what the test asked, shows the test's lines only."""
+    project.write_tests(FAILING_BENCHMARKS)
+    result = project.run("--tb=short")
+    result.assert_outcomes(failed=4)
+    output = result.stdout.str()
+    assert "pytest_hpml/" not in output
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_call _*",
+            "test_inner.py:*: in test_call",
+            "test_inner.py:*: in divide",
+            "E   ZeroDivisionError: division by zero",
+            "*_ test_variants _*",
+            "test_inner.py:*: in test_variants",
+            "test_inner.py:*: in <lambda>",
+            "test_inner.py:*: in divide",
+            "E   ZeroDivisionError: division by zero",
+            "*_ test_not_callable _*",
+            "test_inner.py:*: in test_not_callable",
+            "E   TypeError: 'int' object is not callable",
+            "*_ test_bad_amount _*",
+            "test_inner.py:*: in test_bad_amount",
+            "E   TypeError: expect_change(ops='lots'): give how much it may grow*",
+        ]
+    )
+
+
+def test_a_failure_of_pytest_hpmls_own_code_keeps_its_frames() -> None:
+    """Where pytest-hpml itself breaks (here, a reference workload it cannot time), its frames
+    stay in the traceback, for the bug report; the benchmarked code's own failure hides them."""
+    with pytest.raises(AttributeError) as broken:
+        measure({"f": lambda: None}, Plan(budget=0.01, reference=object()))
+    assert users_error(broken) is False
+    with pytest.raises(ZeroDivisionError) as failed:
+        measure({"f": lambda: 1 / 0}, Plan(budget=0.01))
+    assert users_error(failed) is True

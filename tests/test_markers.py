@@ -1,4 +1,4 @@
-"""Markers: gpu, precision, device and slow, each met and unmet."""
+"""Markers: gpu, precision, device and slow, each met and unmet; arguments they refuse."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_hpml.config.markers import GpuRequirement, gpu_requirement, gpu_skip_reason
+from pytest_hpml.config.markers import (
+    GpuRequirement,
+    MarkerError,
+    distributed_settings,
+    gpu_requirement,
+    gpu_skip_reason,
+)
 from pytest_hpml.hardware.devices import GpuInfo
 
 if TYPE_CHECKING:
@@ -203,3 +209,112 @@ def test_hpml_markers_pass_strict_markers(project: Project) -> None:
     result = project.run("--strict-markers", "--hpml-run-slow", "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["test_inner.py::test_marked"])
+
+
+@pytest.mark.parametrize(
+    ("timeout", "said"),
+    [
+        (3600, None),
+        (0.5, None),
+        (3601, "timeout: expected seconds in (0, 3600], got '3601', as --hpml-dist-timeout"),
+        (1e15, "timeout: expected seconds in (0, 3600], got '1e+15', as --hpml-dist-timeout"),
+    ],
+)
+def test_a_distributed_timeout_is_bounded_as_the_option_is(
+    timeout: float, said: str | None
+) -> None:
+    """Beyond what a process group's timedelta holds, a timeout was an OverflowError in every
+    rank; it is refused as --hpml-dist-timeout refuses it, by the same parser."""
+    mark = pytest.mark.distributed(timeout=timeout).mark
+    if said is None:
+        assert distributed_settings(mark) == (2, None, float(timeout))
+    else:
+        with pytest.raises(MarkerError) as refused:
+            distributed_settings(mark)
+        assert str(refused.value) == said
+
+
+BENCH_MARKS = """
+import pytest
+
+
+@pytest.mark.hpml_bench(threshold=0.5)
+def test_plain():
+    pass
+
+
+@pytest.mark.hpml_bench(threshold=0.5)
+def test_bench(benchmark):
+    benchmark.record("n", 1)
+
+
+class TestMarked:
+    pytestmark = pytest.mark.hpml_bench(threshold=0.2)
+
+    def test_helper(self):
+        pass
+
+    def test_bench(self, benchmark):
+        benchmark.record("n", 1)
+"""
+
+
+def test_an_hpml_bench_mark_on_a_test_that_benchmarks_nothing_is_said(project: Project) -> None:
+    """Its threshold would be ignored silently; a mark on a class (or module) whose benchmarks
+    sit beside plain tests is in use."""
+    project.write_tests(BENCH_MARKS)
+    result = project.run()
+    result.assert_outcomes(passed=4, warnings=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*PytestConfigWarning: @pytest.mark.hpml_bench on 1 test(s) "
+            "(test_inner.py::test_plain, ...) has no effect: no test it marks asks for the "
+            "benchmark fixture*"
+        ]
+    )
+    strict = project.run("-W", "error::pytest.PytestConfigWarning")  # an error: not internal
+    assert strict.ret == pytest.ExitCode.USAGE_ERROR
+    assert "INTERNALERROR" not in strict.stdout.str() + strict.stderr.str()
+    strict.stderr.fnmatch_lines(
+        ["ERROR: @pytest.mark.hpml_bench on 1 test(s) * an error under this run's warning filters"]
+    )
+
+
+TOLERANCES = """
+import pytest
+import torch
+
+
+@pytest.mark.hpml_bench(tolerance={"no_such_counter": 0.01, "time": 0.1, "instructions": 0.02})
+def test_pure(benchmark):
+    benchmark(sum, range(10))
+
+
+@pytest.mark.hpml_bench(tolerance={"ops": 0.1, "flops[float32]": 0.1, "syncs[fast]": 0.1})
+def test_variants(benchmark):
+    x = torch.ones(4, 4)
+    benchmark.variants({"fast": lambda: x @ x, "slow": lambda: (x @ x).sum().item()})
+"""
+
+
+def test_a_tolerance_for_a_count_the_benchmark_does_not_record_is_refused(
+    project: Project,
+) -> None:
+    """A tolerance applies to the work counters and instructions, by their names without a
+    variant's suffix: any other name would be ignored, so it fails the run naming the counts,
+    as an expect_change naming an unrecorded metric does."""
+    project.write_tests(TOLERANCES)
+    result = project.bench()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    errors = project.hpml_errors(result)
+    assert len(errors) == 2, errors
+    assert errors[0] == (
+        "hpml: ERROR test_inner.py::test_pure: hpml_bench(tolerance=...) names no_such_counter, "
+        "time, which this benchmark does not count; it counts instructions"
+    )
+    assert errors[1].startswith(
+        "hpml: ERROR test_inner.py::test_variants: hpml_bench(tolerance=...) names syncs[fast], "
+        "which this benchmark does not count; it counts allocated_bytes, allocations, "
+    )
+    assert ", flops[float32], " in errors[1]
+    assert ", ops, " in errors[1]

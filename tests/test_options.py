@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_hpml.config.options import OPTIONS
+from pytest_hpml.config.options import MAX_THREADS, OPTIONS, Option, shown, values_given
+from tests.conftest import count_tests
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -63,10 +69,144 @@ def test_command_line_beats_environment_beats_ini_beats_default(
     assert shown == values[winner]
 
 
-def test_empty_environment_variable_is_ignored(project: Project) -> None:
-    project.configure("env", precision="")
-    project.configure("ini", precision="bf16")
-    assert project.settings(project.run())["precision"] == "bf16"
+def named(source: str, option: str) -> str:
+    """How a message names ``option`` set from ``source``."""
+    return {"cli": f"--hpml-{option.replace('_', '-')}", "env": f"HPML_{option.upper()}"}.get(
+        source, f"ini hpml_{option}"
+    )
+
+
+def config_warnings(result: pytest.RunResult) -> list[str]:
+    """The text of each PytestConfigWarning in the run's warnings summary."""
+    found = re.findall(r"PytestConfigWarning: (.*)", result.stdout.str())
+    return [line.strip() for line in found]
+
+
+@pytest.mark.parametrize("blank", ["", "   "], ids=["empty", "spaces"])
+def test_a_blank_value_is_unset_and_said_from_each_source(
+    project: Project, source: str, blank: str
+) -> None:
+    result = project.run(*project.configure(source, precision=blank, workers=blank))
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    assert (project.settings(result)["precision"], project.settings(result)["workers"]) == (
+        "fp32",
+        "0",
+    )
+    assert config_warnings(result) == [
+        f"{named(source, 'precision')} is blank: treated as unset (default fp32)",
+        f"{named(source, 'workers')} is blank: treated as unset (default 0)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("blank", "below", "said"),
+    [
+        ("env", "ini", "HPML_PRECISION is blank: treated as unset (ini hpml_precision applies)"),
+        ("cli", "env", "--hpml-precision is blank: treated as unset (HPML_PRECISION applies)"),
+    ],
+)
+def test_a_blank_value_passes_over_to_the_next_source(
+    project: Project, blank: str, below: str, said: str
+) -> None:
+    args = project.configure(blank, precision="") + project.configure(below, precision="bf16")
+    result = project.run(*args)
+    assert project.settings(result)["precision"] == "bf16"
+    assert config_warnings(result) == [said]
+
+
+def test_a_blank_value_below_the_one_that_applies_is_not_said(project: Project) -> None:
+    project.configure("env", precision=" ")
+    result = project.run("--hpml-precision=bf16")
+    assert project.settings(result)["precision"] == "bf16"
+    assert config_warnings(result) == []
+
+
+@pytest.mark.parametrize("option", ["report", "against", "peak_flops", "against_paths"])
+def test_a_blank_value_of_an_option_whose_default_is_none_is_unset_and_said(
+    project: Project, source: str, option: str
+) -> None:
+    """A blank --hpml-against once ran against the stored baselines without a word."""
+    for name in ("HPML_BENCHMARKS", "HPML_PROCESSES", "HPML_RECORD_PROCESSES"):
+        project.monkeypatch.delenv(name)
+    result = project.run(*project.configure(source, **{option: " "}))
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    assert "benchmarks" not in project.settings(result)  # a blank value opts nothing in
+    assert config_warnings(result) == [
+        f"{named(source, option)} is blank: treated as unset (default: none)"
+    ]
+    assert list(project.path.glob("*.json")) == []
+
+
+def test_a_blank_baseline_dir_records_in_the_default_one(project: Project, source: str) -> None:
+    """Refused on the command line but ignored in the environment before: now unset from every
+    source, so a recording run keeps its measurements, in baselines/, and says why there."""
+    project.write_tests(count_tests(1))
+    result = project.run(*project.configure(source, baseline_dir=""), "--hpml-baseline=update")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert set(project.baseline_files()) == {"portable"}
+    assert config_warnings(result) == [
+        f"{named(source, 'baseline_dir')} is blank: treated as unset (default baselines)"
+    ]
+
+
+def test_a_blank_value_under_warnings_as_errors_is_a_usage_error(project: Project) -> None:
+    """pytest raises a configure-time warning that -W error turns into an error: an
+    INTERNALERROR with a traceback, were it not caught."""
+    project.configure("env", seed="")
+    result = project.run("-W", "error")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert project.error_lines(result) == [
+        "ERROR: HPML_SEED is blank: treated as unset (default 0); an error under this run's "
+        "warning filters"
+    ]
+
+
+def read_from(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, opt: Option, source: str, value: str
+) -> Any:
+    """What ``value`` given to ``opt`` by ``source`` reads as: its value, or the error after
+    the part that names the source."""
+    monkeypatch.delenv(opt.env, raising=False)
+    args: list[str] = []
+    if source == "cli":
+        args = [f"{opt.cli}={value}"]
+    elif source == "env":
+        monkeypatch.setenv(opt.env, value)
+    else:
+        pytester.makeini(f"[pytest]\n{opt.ini} = {value}\n")
+    try:
+        config = pytester.parseconfig(*args)
+        return next(values_given(config, opt))[1]
+    except pytest.UsageError as exc:
+        origin = {
+            "cli": f"argument {opt.cli}: ",  # after argparse's usage lines
+            "env": f"{opt.env}={shown(value.strip())}: ",
+            "ini": f"ini {opt.ini} = {shown(value.strip())} (",
+        }[source]
+        [said] = [line for line in str(exc).splitlines() if origin in line]
+        return said.partition("): ")[2] if source == "ini" else said.partition(origin)[2]
+    finally:
+        (pytester.path / "tox.ini").unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [" \t ", "a\x07b", "9" * 5000, "\uff58", "9" * 40, "cuda:\u0661"],
+    ids=["blank", "control", "long", "fullwidth", "huge", "arabic-digit"],
+)
+def test_every_option_reads_a_value_alike_from_each_source(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """The same Option.read serves the command line (argparse's type=), the environment and
+    the ini file: one value is accepted, refused or set aside the same way by all three."""
+    for name in [n for n in os.environ if n.startswith("HPML_")]:
+        monkeypatch.delenv(name)
+    for opt in (opt for opt in OPTIONS if not opt.flag):
+        read = {
+            source: read_from(pytester, monkeypatch, opt, source, value)
+            for source in ("cli", "env", "ini")
+        }
+        assert read["cli"] == read["env"] == read["ini"], (opt.cli, read)
 
 
 def test_run_slow_is_read_from_each_source(project: Project, source: str) -> None:
@@ -98,17 +238,61 @@ def test_help_shows_the_hpml_group_with_every_option(project: Project) -> None:
         opt.cli for opt in OPTIONS
     }
     result = project.run("--help")
+    assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
         ["pytest-hpml: PyTorch training tests and benchmarks:", *(f"  {o.cli}*" for o in OPTIONS)]
     )
     text = " ".join(result.stdout.str().split())  # the help is wrapped to the terminal width
     for opt in OPTIONS:
-        assert f"[env {opt.env}, ini {opt.ini}; default: {opt.default}]" in text
+        assert f"[env {opt.env}, ini {opt.ini}; default: {opt.default or 'none'}]" in text
 
 
-def test_help_lists_the_ini_keys(project: Project) -> None:
+def test_help_texts_hold_no_percent_sign() -> None:
+    """argparse formats a help text with %: a lone % breaks pytest --help for every project
+    where pytest-hpml is installed (write "percent")."""
+    assert [opt.cli for opt in OPTIONS if "%" in opt.help] == []
+
+
+# What a benchmark under --hpml-threads does: torch's threads set, the same count in the
+# environment of a measuring process (read by OpenMP when it starts), then parallel work.
+MANY_THREADS = """
+import torch
+
+torch.set_num_threads({threads})
+a = torch.randn(256, 256)
+(a @ a).sum().item()
+torch.nn.functional.conv2d(torch.randn(8, 3, 32, 32), torch.randn(4, 3, 3, 3)).sum().item()
+assert torch.get_num_threads() == {threads}
+"""
+
+
+def test_the_most_threads_allowed_run_torch(tmp_path: Path) -> None:
+    """20000 threads made libgomp abort the run and 100000 crashed it: the bound on
+    --hpml-threads is a count seen to run."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(MAX_THREADS)}
+    code = MANY_THREADS.format(threads=MAX_THREADS)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_help_lists_the_ini_keys_with_their_types(project: Project) -> None:
     result = project.run("--help")
-    result.stdout.fnmatch_lines([f"  {opt.ini} (string):*" for opt in OPTIONS])
+    kinds = {opt.ini: "bool" if opt.flag else "string" for opt in OPTIONS}
+    result.stdout.fnmatch_lines([f"  {ini} ({kind}):*" for ini, kind in kinds.items()])
+
+
+@pytest.mark.parametrize(("value", "said"), [("maybe", "expected true or false"), ("", "blank")])
+def test_an_on_off_ini_key_is_a_bool_blank_unset_and_a_bad_one_named(
+    project: Project, value: str, said: str
+) -> None:
+    project.pytester.makeini(f"[pytest]\nhpml_run_slow = {value}\n")
+    result = project.run()
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == (
+        pytest.ExitCode.USAGE_ERROR if value else pytest.ExitCode.NO_TESTS_COLLECTED
+    )
+    assert said in output
+    assert "hpml_run_slow" in output
 
 
 def test_markers_lists_every_hpml_marker_with_its_signature(project: Project) -> None:

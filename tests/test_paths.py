@@ -33,18 +33,6 @@ def test_a_baseline_dir_that_is_a_file_stops_an_update_before_any_test(project: 
     assert "--hpml-baseline-dir: baselines is a file, not a directory" in result.stderr.str()
 
 
-@pytest.mark.parametrize("where", ["cli", "env"])
-def test_an_empty_baseline_dir_is_a_usage_error(project: Project, where: str) -> None:
-    project.write_tests(count_tests(1))
-    args = project.configure(where, baseline_dir="")
-    if where == "env":  # an empty variable means "not set": say it on the command line
-        args = ["--hpml-baseline-dir="]
-    result = project.run(*args, "--hpml-baseline=update")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "expected a directory, got ''" in result.stderr.str()
-    assert not list(project.path.glob("*.json"))
-
-
 # Turns the report's directory into a file while the tests run: the end-of-run write fails.
 SABOTAGE = """
 

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_hpml.bench import reruns
 from pytest_hpml.config import invocation
+from pytest_hpml.config.role import RERUN_ENV, RERUN_FORMAT, RERUN_PREFIX, rerun_request
 from tests.conftest import BENCH_TIME, WORK
 
 if TYPE_CHECKING:
@@ -35,7 +37,7 @@ SOURCE = (
     "import os\n\nimport torch  # noqa: F401  (every process then times the reference workload)\n"
     + WORK
     + '    with open("ran.txt", "a") as out:\n'
-    + '        out.write(os.environ.get("HPML_RERUN", "first") + "\\n")\n'
+    + f'        out.write(os.environ.get("{RERUN_ENV}", "first") + "\\n")\n'
     + "\n\ndef test_plain():\n"
     + '    with open("plain.txt", "a") as out:\n'
     + '        out.write("ran\\n")\n'
@@ -52,7 +54,7 @@ def project3(project: Project) -> Project:
 WAITS = (
     "import time\nfrom pathlib import Path\n"
     + WORK
-    + '    if os.environ.get("HPML_RERUN"):\n'
+    + f'    if os.environ.get("{RERUN_ENV}"):\n'
     + '        Path("child.pid").write_text(str(os.getpid()))\n'
     + "        time.sleep(600)\n"
 )
@@ -183,7 +185,7 @@ def test_append_keeps_every_process_run_as_earlier_runs(project3: Project) -> No
 
 def test_a_process_that_dies_is_named_and_the_run_judged_on_the_others(project: Project) -> None:
     project.write_tests(
-        "import os\n" + WORK + '    if os.environ.get("HPML_RERUN"):\n        os._exit(3)\n'
+        "import os\n" + WORK + f'    if os.environ.get("{RERUN_ENV}"):\n        os._exit(3)\n'
     )
     result = project.bench("--hpml-baseline=update", "--hpml-record-processes=2")
     assert result.ret == pytest.ExitCode.OK
@@ -227,6 +229,90 @@ def test_a_measuring_process_dies_with_a_pytest_killed_from_outside(
     # The measuring process took its request away when it started, and answers only at its
     # end: the run it died with left no file.
     assert hpml_files(tmpdir) == []
+
+
+def _request(path: Path, **fields: object) -> Path:
+    """A request file as :func:`reruns.ask` writes one, made for a process of this one's parent
+    (as this process is), with ``fields`` changed."""
+    document = {
+        "format": RERUN_FORMAT,
+        "tests": ["test_inner.py::test_work"],
+        "bench_time": 0.5,
+        "output": str(path),
+        "parent": os.getppid(),
+        **fields,
+    }
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_a_rerun_takes_the_request_made_for_it_once_and_removes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _request(tmp_path / f"{RERUN_PREFIX}taken.json")
+    monkeypatch.setenv(RERUN_ENV, str(path))
+    asked = rerun_request()
+    assert asked is not None
+    assert asked["tests"] == ["test_inner.py::test_work"]
+    assert not path.exists()  # nothing of the run left on disk while the rerun measures
+    assert rerun_request() == asked  # read once: every hook of the process gets the same
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        ({"parent": 1}, "was made for a process that process 1 starts; this one's parent is"),
+        ({"format": "pytest-hpml-report/1"}, 'is no pytest-hpml rerun request \\(its "format"'),
+        ({"output": "/etc/hosts"}, "asks for the answer in another file \\('/etc/hosts'\\)"),
+        ({"tests": "test_inner.py"}, "tests is not a list of test ids"),
+        ({"bench_time": "1"}, "bench_time is not a number of seconds"),
+    ],
+    ids=["another-parent", "no-format", "another-output", "tests", "bench-time"],
+)
+def test_a_request_made_for_another_process_is_a_usage_error_and_left_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fields: dict[str, object], said: str
+) -> None:
+    path = _request(tmp_path / f"{RERUN_PREFIX}other.json", **fields)
+    before = path.read_bytes()
+    monkeypatch.setenv(RERUN_ENV, str(path))
+    with pytest.raises(pytest.UsageError, match=said) as refused:
+        rerun_request()
+    assert str(refused.value).startswith(
+        f"{RERUN_ENV}={path}: this variable is internal to pytest-hpml"
+    )
+    assert path.read_bytes() == before
+
+
+def test_a_pytest_that_a_test_of_a_rerun_starts_is_no_rerun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It inherits the variable, but the rerun took the file away when it started."""
+    monkeypatch.setenv(RERUN_ENV, str(tmp_path / f"{RERUN_PREFIX}taken-away.json"))
+    assert rerun_request() is None
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        b"",
+        b'{"results": [',
+        b"\xff\xfe",
+        b"[]",
+        b'{"results": [1]}',
+        b'{"results": [], "failed": []}',
+    ],
+    ids=["empty", "half-written", "not-utf8", "a-list", "results-not-records", "failed-a-list"],
+)
+def test_an_answer_half_written_or_of_another_shape_is_no_answer(
+    tmp_path: Path, written: bytes
+) -> None:
+    """The first process then says the other measured nothing (and why), never crashes."""
+    path = tmp_path / f"{RERUN_PREFIX}answer.json"
+    path.write_bytes(written)
+    assert reruns._answer(path) is None
+    assert reruns._answer(tmp_path / "never-written.json") is None
+    path.write_text(json.dumps({"results": [{"test": "t", "metrics": {}}], "failed": {}}))
+    assert reruns._answer(path) == {"results": [{"test": "t", "metrics": {}}], "failed": {}}
 
 
 @pytest.mark.parametrize(

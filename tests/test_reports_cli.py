@@ -16,10 +16,13 @@ import re
 import shutil
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
 
 from pytest_hpml.hardware.fingerprint import Fingerprint
 from pytest_hpml.report import cli, files, text
@@ -800,6 +803,135 @@ def test_the_markdown_summary_lets_no_name_out_of_its_cell(stored: Path) -> None
     # the backtick and the bar are escaped: the row keeps its 9 cells
     assert len(re.findall(r"(?<!\\)\|", row)) == len(files.MARKDOWN_COLUMNS) + 1
     assert "\\`b\\|c&lt;img" in row
+
+
+# --- what is shown: no character a terminal or a browser acts on ----------------------------
+
+# What a crafted file carries: an OSC sequence retitling the terminal, a bell, an erase of the
+# screen, a carriage return, a C1 control (CSI) and a right-to-left override.
+CRAFTED = "\x1b]0;pwned\x07\x1b[2J\r\x9b\u202e"
+CRAFTED_SHOWN = r"\x1b]0;pwned\x07\x1b[2J\x0d\x9b\u202e"
+# The bidirectional embeddings, overrides and isolates, by their Unicode class (not by the
+# ranges text.visible lists), and the marks that carry no class of their own.
+BIDI_CONTROLS = {"LRE", "RLE", "PDF", "LRO", "RLO", "LRI", "RLI", "FSI", "PDI"}
+BIDI_MARKS = "\u200e\u200f\u061c"
+
+
+def acted_on(char: str) -> bool:
+    """Whether a terminal, an editor or a browser acts on ``char`` rather than showing it."""
+    return (
+        unicodedata.category(char) in ("Cc", "Cs", "Zl", "Zp")
+        or unicodedata.bidirectional(char) in BIDI_CONTROLS
+        or char in BIDI_MARKS
+    )
+
+
+@settings(max_examples=300)
+@given(st.text(st.characters(exclude_categories=())))  # surrogates and controls included
+@example(CRAFTED)
+def test_visible_leaves_no_character_a_terminal_acts_on(value: str) -> None:
+    shown = text.visible(value)
+    assert [c for c in shown if acted_on(c)] == []
+    assert text.visible(shown) == shown  # shown twice (a table, then a line) is shown once
+
+
+@settings(max_examples=300)
+@given(st.text(st.characters(exclude_categories=("Cc", "Cs", "Zl", "Zp"))))
+@example("é 中 👩‍👩‍👧 🏴\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f a\\x1b")
+def test_visible_keeps_printable_text_as_it_is(value: str) -> None:
+    assume(not any(acted_on(c) for c in value))
+    assert text.visible(value) == value
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (CRAFTED, CRAFTED_SHOWN),
+        ("\x08\x7f\x85\t\n", r"\x08\x7f\x85\x09\x0a"),
+        ("\u2066\u2069\u202a\u200f\u2028", r"\u2066\u2069\u202a\u200f\u2028"),
+        ("\ud800", r"\ud800"),  # JSON can carry a lone surrogate; no terminal can be written it
+        (7, "7"),
+    ],
+)
+def test_visible_escapes_as_python_writes_a_character(value: object, shown: str) -> None:
+    assert text.visible(value) == shown
+
+
+def crafted_document(stored: Path) -> dict[str, Any]:
+    """A report a pull request could craft: controls in every name a reviewer reads."""
+    document = json.loads(json.dumps(make_document(stored)))
+    result = document["results"][1]  # test_slower: times, rates and a count, regressed
+    result["test"] = f"test_a.py::test{CRAFTED}[x]"
+    result["verdicts"]["time"]["reason"] = f"reason{CRAFTED}"
+    result["metrics"][f"params{CRAFTED}"] = result["metrics"].pop("params")
+    result["verdicts"][f"params{CRAFTED}"] = result["verdicts"].pop("params")
+    document["fingerprint"]["name"] = f"box{CRAFTED}"
+    document["errors"] = [f"error{CRAFTED}"]
+    document["commit"] = f"commit{CRAFTED}"
+    return document
+
+
+def test_a_crafted_report_reaches_no_output_or_file_raw(
+    tmp_path: Path, stored: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "crafted.json"
+    report.write_text(json.dumps(crafted_document(stored)), encoding="utf-8")
+    md, page = tmp_path / "out.md", tmp_path / "out.html"
+    shown = []
+    for args in (["render", report, "--md", md, "--html", page], ["show", report]):
+        code, out, err = run_cli(capsys, *args)
+        assert code == 0, err
+        shown += [out, err]
+    shown += [md.read_text(encoding="utf-8"), page.read_text(encoding="utf-8")]
+    for output in shown:
+        assert [c for c in output if acted_on(c) and c != "\n"] == []
+    assert f"test_a.py::test{CRAFTED_SHOWN}[x]" in shown[2]  # show's table
+    assert f"<dd>box{html.escape(CRAFTED_SHOWN)} (" in shown[5]
+    assert f"<li>error{html.escape(CRAFTED_SHOWN)}</li>" in shown[5]
+    assert f"Machine: {files.md('box' + CRAFTED)} (" in shown[4]
+    assert files.md(f"reason{CRAFTED}") in shown[4]
+
+
+def test_the_header_shows_what_a_gpu_name_or_a_revision_may_hold() -> None:
+    from pytest_hpml.report import header
+
+    printable = ["hpml: device=cpu", "hpml: 1 GPU(s): cuda:0 NVIDIA H100 é"]
+    assert header.shown(printable) is printable  # text, and what it imports, not loaded
+    assert header.shown([f"hpml: against: base {CRAFTED}"]) == [
+        f"hpml: against: base {CRAFTED_SHOWN}"
+    ]
+
+
+CRAFTED_RUN = f"""
+def test_count(benchmark):
+    benchmark.record({"n" + CRAFTED!r}, 1, portable=True)
+"""
+
+
+def test_a_run_with_crafted_names_writes_none_raw(project: Project) -> None:
+    """A metric and a machine named with what a terminal or a browser acts on (options refuse
+    controls, not bidirectional overrides): the terminal, the three reports and the baseline
+    file hold no escape sequence (JSON escapes the C0 controls), and the terminal and the
+    reports no C1 control or override either."""
+    project.write_tests(CRAFTED_RUN)
+    result = project.run(
+        "--hpml-baseline=update",
+        "--hpml-machine=box\u202e\u2066",
+        "--hpml-report=r.json",
+        "--hpml-report-md=r.md",
+        "--hpml-report-html=r.html",
+    )
+    assert result.ret == 0, result.stdout.str()
+    terminal = result.stdout.str()
+    assert [c for c in terminal if acted_on(c) and c != "\n"] == []
+    assert f"n{CRAFTED_SHOWN}" in terminal
+    written = sorted(p for p in project.path.rglob("*") if p.is_file() and p.suffix != ".py")
+    assert {p.name for p in written} >= {"r.json", "r.md", "r.html"}
+    for path in written:
+        content = path.read_text(encoding="utf-8")
+        assert not set(content) & {"\x1b", "\x07", "\r"}, path
+        if path.name.startswith("r."):
+            assert [c for c in content if acted_on(c) and c != "\n"] == [], path
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,11 @@ from ..config.markers import BenchSettings
 from ..hardware.torch_state import observed
 from . import metrics
 from .counters import DynamoCounters, count_flops, cuda_peak_memory, model_size, tracked_peak_memory
-from .measure import Cadence, Plan, Series, _timed, measure
+from .measure import Cadence, Plan, Series, _timed, measure, users_error
+
+# pytest reads this in every frame of this module: a failure of the benchmarked code shows that
+# code, not pytest-hpml's (Note [Tracebacks]).
+__tracebackhide__ = users_error
 
 
 def time_metric(
@@ -162,6 +166,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         are the work counters' (Note [Work counters]); a counter above its bound fails the
         test, naming the operators and source lines. Checked once the work is counted: call it
         before or after ``benchmark(...)``."""
+        __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
         known = set(metrics.WORK_UNITS)
         unknown = sorted(n for n in bounds if n not in known and not n.startswith("flops_"))
         if unknown:
@@ -182,12 +187,16 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         metrics' (``time``, ``instructions``, ``syncs``, ``flops_float32`` for
         ``flops[float32]``; a name covers its variants). Once the base has the change, the
         report says it did not happen: drop the call then (Note [Accepted changes])."""
+        __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
         if not isinstance(reason, str) or not reason.strip():
             raise TypeError("expect_change() needs a reason: what the change adds, and why")
         if not changes:
             raise TypeError("expect_change() names no metric: e.g. ops='+2' or time='+15%'")
         for key, name in metrics.accepted_names(changes).items():
-            amount = metrics.parse_amount(key, changes[key])
+            try:
+                amount = metrics.parse_amount(key, changes[key])
+            except TypeError as exc:  # raised here, in a hidden frame, not in parse_amount's
+                raise TypeError(str(exc)) from None
             self.accepted[name] = {"change": str(amount), "reason": reason.strip()}
         return self
 
@@ -195,6 +204,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         """Show a published figure (a book's, a paper's) beside the metric ``name`` measured
         here: reference data for the reader, never judged. Nothing to cite beside when timing is
         off (``--benchmark-disable``, xdist)."""
+        __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
         if self.disabled:
             return
         if name not in self.metrics:
@@ -204,6 +214,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
 
     def __call__(self, function_to_benchmark: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Benchmark ``function_to_benchmark(*args, **kwargs)``; returns its result."""
+        __tracebackhide__ = True  # calls the benchmarked code (Note [Tracebacks])
         call = _bind(function_to_benchmark, args, kwargs)
         self._claim("benchmark(...)")
         self._ready()
@@ -229,6 +240,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
 
     def _profile(self, call: Callable[[], Any], series: Series) -> Any:
         """--benchmark-cprofile: profile the call as pytest-benchmark does, after measuring."""
+        __tracebackhide__ = True  # calls the benchmarked code (Note [Tracebacks])
         import cProfile
 
         loops = getattr(self, "cprofile_loops", None) or series.iterations
@@ -247,6 +259,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
     ) -> dict[str, Series]:
         """Measure named callables with their rounds interleaved; record each one's time and
         the speed-up of each over ``baseline`` (default: the first) as paired-round ratios."""
+        __tracebackhide__ = True  # calls the benchmarked code (Note [Tracebacks])
         if len(targets) < 2:
             raise ValueError("variants() needs at least two named callables")
         baseline = baseline or next(iter(targets))
@@ -317,10 +330,12 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         cadence, counted = Cadence(replace(plan, timer=clock)), Series("time")
 
         def timer() -> float:
+            __tracebackhide__ = True  # calls the benchmarked code (Note [Tracebacks])
             plan.sync()
             return clock()
 
         def timed_target(*a: Any, **k: Any) -> Any:
+            __tracebackhide__ = True  # calls the benchmarked code (Note [Tracebacks])
             if first:
                 return target(*a, **k)
             start = clock()
@@ -330,6 +345,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
             return result
 
         def setup_with_reference() -> Any:
+            __tracebackhide__ = True  # calls the benchmarked code (Note [Tracebacks])
             references.append(cadence.value(counted))
             return setup() if setup else None
 
@@ -359,6 +375,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
     def settle(self) -> None:
         """At teardown: a test that only recorded deterministic metrics has used the fixture,
         which pytest-benchmark would otherwise call "not used at all"."""
+        __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
         if not _compat.mode(self) and self.metrics:
             _compat.set_mode(self, "record(...)")
         if self._expected and not self._counted and not self.disabled:
@@ -388,6 +405,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
 
     def _claim(self, mode: str) -> None:
         """pytest-benchmark's rule: one measurement per test."""
+        __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
         used = _compat.mode(self)
         if used:
             self.has_error = True
@@ -527,6 +545,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
     def _check_expected(self) -> None:
         """Fail the test where a work counter is above what ``expect`` allows (checked where
         the work is counted: not in the processes that only time, or count instructions)."""
+        __tracebackhide__ = True  # fails the test on what it asked for (Note [Tracebacks])
         if not self._expected or not self._counts:
             return
         from .work import over_budget  # imports torch: only where something is expected
@@ -573,7 +592,12 @@ def _bind(
 ) -> Callable[[], Any]:
     if not args and not kwargs:
         return fn
-    return lambda: fn(*args, **kwargs)
+
+    def bound() -> Any:
+        __tracebackhide__ = True  # calls the benchmarked code (Note [Tracebacks])
+        return fn(*args, **kwargs)
+
+    return bound
 
 
 def _verbose(series: Series, plan: Plan) -> list[str]:

@@ -65,8 +65,9 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     """
     from ..hardware.torch_state import TorchState
     from .benchmark import HpmlBenchmark
-    from .measure import Plan
+    from .measure import Plan, users_error
 
+    __tracebackhide__ = users_error  # a test's own failure at teardown shows the test's code
     _compat.check_pytest_benchmark()
     given = request.config.stash[BENCH_SESSION_KEY]
     device = request.getfixturevalue("device") if "device" in request.fixturenames else None

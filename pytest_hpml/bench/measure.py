@@ -18,6 +18,27 @@ from typing import Any, Callable
 
 Timer = Callable[[], float]
 
+# pytest-hpml's own files: an error raised in one of them is pytest-hpml's (Note [Tracebacks]).
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def users_error(excinfo: Any) -> bool:
+    """The ``__tracebackhide__`` of pytest-hpml's frames between a test and the code it
+    benchmarks: hidden when the error was raised by that code, or by pytest-hpml refusing what
+    the test asked (in a frame marked ``__tracebackhide__ = True``); shown when it was raised in
+    pytest-hpml's own code, which then broke, so that a bug report has its lines (Note
+    [Tracebacks])."""
+    if excinfo is None or not excinfo.traceback:
+        return True
+    raised = excinfo.traceback[-1]
+    if not str(raised.path).startswith(PACKAGE + os.sep):
+        return True
+    return raised.frame.f_locals.get("__tracebackhide__") is True
+
+
+# pytest reads this in every frame of this module (Note [Tracebacks]).
+__tracebackhide__ = users_error
+
 
 def synchronizer(device: Any = None) -> Callable[[], None]:
     """A function that waits for work queued on ``device`` (or on any initialized accelerator)."""
@@ -86,6 +107,7 @@ class Plan:
 
 
 def _timed(plan: Plan, fn: Callable[[], Any], calls: int) -> tuple[float, Any]:
+    __tracebackhide__ = True  # calls the benchmarked code: what fails here is that code's
     result = None
     gc_was_enabled = gc.isenabled()
     if plan.disable_gc:

@@ -32,7 +32,8 @@ from typing import Any, Callable
 import pytest
 
 from ..config.invocation import child_args, keep_only
-from ..config.role import RERUN_ENV, die_with_parent, measuring_threads
+from ..config.role import RERUN_ENV, RERUN_FORMAT, RERUN_PREFIX, die_with_parent, measuring_threads
+from ..storage.reader import Unreadable, read_json
 from .metrics import is_sampled
 
 # In a rerun's request: whether it records the work counters and peak memory too. They are the
@@ -99,15 +100,17 @@ def ask(
     that failed there (``failed``) and the benchmark tests it collected (``benchmarks``); None
     if it wrote none. It is asked in a file that it removes once read (``request`` adds to
     what it is asked) and answers in one of the same name; neither is left when this
-    returns."""
-    handle, name = tempfile.mkstemp(prefix="pytest-hpml-", suffix=".json")
+    returns. The request says what it is and which process made it: the process acts on no
+    other file (Note [Internal variables])."""
+    handle, name = tempfile.mkstemp(prefix=RERUN_PREFIX, suffix=".json")
     try:
         wanted = {
+            **(request or {}),
+            "format": RERUN_FORMAT,
             "tests": list(tests),
             "bench_time": bench_time,
             "output": name,
             "parent": os.getpid(),
-            **(request or {}),
         }
         with os.fdopen(handle, "w", encoding="utf-8") as request:
             json.dump(wanted, request)
@@ -168,11 +171,27 @@ def interrupted(config: pytest.Config) -> None:
 
 
 def _answer(path: Path) -> dict[str, Any] | None:
+    """What a process wrote back, or None if it wrote nothing usable (it died before its end,
+    or wrote half a file): the caller then says the process measured nothing, and why."""
     try:
-        answer = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        answer = read_json(path, "answer of a measuring process")
+    except (OSError, Unreadable):
         return None
-    return answer if isinstance(answer, dict) and "results" in answer else None
+    return answer if _is_answer(answer) else None
+
+
+def _is_answer(answer: Any) -> bool:
+    """Whether ``answer`` has the shape :meth:`Rerun.pytest_sessionfinish` writes."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("results"), list):
+        return False
+    results = all(
+        isinstance(r, dict)
+        and isinstance(r.get("test"), str)
+        and isinstance(r.get("metrics"), dict)
+        for r in answer["results"]
+    )
+    failed = isinstance(answer.get("failed", {}), dict)
+    return results and failed and isinstance(answer.get("benchmarks", []), list)
 
 
 def silence(done: subprocess.CompletedProcess[str]) -> str:

@@ -6,6 +6,7 @@ hardware a marker asks for is looked at only when its test is set up, never at i
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import warnings
 from collections.abc import Mapping
@@ -15,7 +16,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from .options import DEVICE_TYPES, PRECISIONS, number
+from .options import DEVICE_TYPES, PRECISIONS, number, parse_seconds
 
 MARKERS = {
     "gpu": "gpu(count=1, memory_gb=None, capability=None): skip unless at least `count` CUDA "
@@ -27,13 +28,16 @@ MARKERS = {
     "distributed": "distributed(world_size=2, backend=None, timeout=None): run the test in "
     "world_size ranks with torch.distributed initialized (backend: gloo, nccl, mpi; default "
     "--hpml-dist-backend), failing when a rank fails, dies or outlives `timeout` seconds "
-    "(default --hpml-dist-timeout); fixtures rank and world_size tell each rank its place.",
+    "(default --hpml-dist-timeout, and at most what it takes); fixtures rank and world_size "
+    "tell each rank its place.",
     "slow": "slow: deselected unless --hpml-run-slow (env HPML_RUN_SLOW, ini hpml_run_slow).",
     "hpml_bench": "hpml_bench(threshold=None, batch_size=None, work=True, tolerance=None, "
     "instructions=True): judge this benchmark's time metrics with this minimum relative change "
     "(default --hpml-threshold); batch_size adds throughput (samples/s); work=False leaves out "
     "its work counters, instructions=False its instruction count (--hpml-instructions); "
-    "tolerance maps a count's name to the relative change it may make.",
+    "tolerance maps a count's name (a work counter's, as ops or flops[float32], or "
+    "instructions) to the relative change it may make; a name the benchmark does not count "
+    "fails the run.",
 }
 
 
@@ -147,7 +151,17 @@ def distributed_settings(mark: pytest.Mark) -> tuple[int, str | None, float | No
         )
     if timeout is not None and not (number(timeout) and timeout > 0):
         raise MarkerError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    return world_size, backend, None if timeout is None else float(timeout)
+    return world_size, backend, None if timeout is None else _seconds(timeout)
+
+
+def _seconds(timeout: float) -> float:
+    """A timeout within --hpml-dist-timeout's bounds, by its parser: a longer one is a typo, and
+    beyond what a process group's timedelta holds, an OverflowError in every rank."""
+    try:
+        parse_seconds(f"{timeout:g}")  # 1e+15, as the test may have written it
+    except argparse.ArgumentTypeError as exc:
+        raise MarkerError(f"timeout: {exc}, as --hpml-dist-timeout") from None
+    return float(timeout)
 
 
 def gpu_requirement(mark: pytest.Mark) -> GpuRequirement:
@@ -229,19 +243,50 @@ def deselect_slow(config: pytest.Config, items: list[pytest.Item]) -> None:
         items[:] = [item for item in items if id(item) not in dropped]
 
 
-def warn_unused_bench_marks(items: list[pytest.Item]) -> None:
-    """hpml_bench marks mean nothing where benchmarks are pytest-benchmark's: say so once,
-    rather than let a threshold the user wrote be ignored silently (Note [Opting in])."""
-    marked = [item.nodeid for item in items if item.get_closest_marker("hpml_bench")]
-    if marked:
-        warnings.warn(
-            pytest.PytestConfigWarning(
-                f"@pytest.mark.hpml_bench on {len(marked)} test(s) ({marked[0]}, ...) has no "
-                "effect: this run's benchmarks are pytest-benchmark's; opt in with "
-                "hpml_benchmarks = true in the ini file, --hpml-benchmarks or HPML_BENCHMARKS=1"
-            ),
-            stacklevel=1,
+def warn_unused_bench_marks(items: list[pytest.Item], benchmarks: bool = False) -> None:
+    """Say once which hpml_bench marks mean nothing, rather than let a threshold the user wrote
+    be ignored silently: all of them where benchmarks are pytest-benchmark's (Note [Opting
+    in]), else those on tests that benchmark nothing. A wrong mark is left to fail its test.
+    The warning points at the first such test, not here."""
+    if benchmarks:
+        marked = _marking_no_benchmark(items)
+        why = "no test it marks asks for the benchmark fixture, whose measurement it sets"
+    else:
+        marked = [item for item in items if item.get_closest_marker("hpml_bench")]
+        why = (
+            "this run's benchmarks are pytest-benchmark's; opt in with hpml_benchmarks = true "
+            "in the ini file, --hpml-benchmarks or HPML_BENCHMARKS=1"
         )
+    marked = [item for item in marked if not problem(item)]
+    if not marked:
+        return
+    first = marked[0]
+    said = f"@pytest.mark.hpml_bench on {len(marked)} test(s) ({first.nodeid}, ...) has no "
+    said += f"effect: {why}"
+    try:
+        warnings.warn_explicit(
+            pytest.PytestConfigWarning(said),
+            pytest.PytestConfigWarning,
+            str(first.path),
+            (first.location[1] or 0) + 1,  # location counts lines from 0
+        )
+    except pytest.PytestConfigWarning:  # -W error: said as an error, not an INTERNALERROR
+        raise pytest.UsageError(f"{said}; an error under this run's warning filters") from None
+
+
+def _marking_no_benchmark(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The tests under an hpml_bench mark that marks no benchmark: a mark on a module or class
+    whose benchmarks sit beside plain tests is in use, and not reported."""
+    marked: dict[str, list[pytest.Item]] = {}  # the node bearing the closest mark -> its tests
+    used: set[str] = set()
+    for item in items:
+        bearer = next(item.iter_markers_with_node("hpml_bench"), None)
+        if bearer is None:
+            continue
+        marked.setdefault(bearer[0].nodeid, []).append(item)
+        if "benchmark" in getattr(item, "fixturenames", ()):
+            used.add(bearer[0].nodeid)
+    return [test for node, tests in marked.items() if node not in used for test in tests]
 
 
 def gpu_skip_reason(req: GpuRequirement, hardware: Any) -> str | None:

@@ -3,8 +3,9 @@
 
 Each option's help text and parser are written once. The parsers are argparse ``type=``
 callables, so a bad command-line value is a usage error at parse time; the same parsers check
-values from the environment and the ini file in :func:`resolve`. Precedence: command line >
-environment > ini > default.
+values from the environment and the ini file in :func:`resolve`, through the one entry point
+:meth:`Option.read`, so a value is accepted or refused alike from every source. Precedence:
+command line > environment > ini > default; a blank value is unset (Note [Blank values]).
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import argparse
 import math
 import os
 import re
+import sys
+import unicodedata
+from collections.abc import Iterator
 from typing import Any, Callable, NamedTuple
 
 import pytest
@@ -26,7 +30,11 @@ MAX_WORKERS = 256  # more DataLoader workers than this is a typo, not a plan
 BASELINE_MODES = ("compare", "update", "append", "off")
 COUNTER_POLICIES = ("classes", "strict")  # Note [Counter policy]
 
-_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+MAX_THREADS = 1024  # see parse_threads
+MAX_RANKS = 4096  # see parse_max_ranks
+MAX_LENGTH = 4096  # a longer value is no setting but a pasted file (PATH_MAX is 4096)
+
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")  # ASCII digits: torch refuses others
 _BACKEND = re.compile(r"[A-Za-z_][\w.]*")
 
 
@@ -46,6 +54,17 @@ def _items(value: str) -> list[str]:
 
 def _bad(kind: str, value: str, choices: str) -> argparse.ArgumentTypeError:
     return argparse.ArgumentTypeError(f"unknown {kind} {value!r}; choose from {choices}")
+
+
+def _whole(value: str, most: int) -> int | None:
+    """``value`` as a whole number from 0 to ``most``, or None: not one, or above ``most``
+    (told apart by the caller where the message differs). Leading zeros aside, a number of more
+    digits than ``most`` is above it, and never reaches int()'s limit on digits."""
+    text = str(value).strip()
+    if not text.isdecimal():
+        return None
+    digits = text.lstrip("0") or "0"
+    return int(digits) if len(digits) <= len(str(most)) and int(digits) <= most else None
 
 
 def parse_devices(value: str) -> tuple[str, ...]:
@@ -113,11 +132,12 @@ def parse_workers(value: str) -> tuple[int, ...]:
         if item == "auto":
             counts.append(auto_workers())
         elif item.isdecimal():  # not isdigit(): int() rejects digits such as "²"
-            if int(item) > MAX_WORKERS:
+            count = _whole(item, MAX_WORKERS)
+            if count is None:
                 raise argparse.ArgumentTypeError(
                     f"worker count {item} is more than {MAX_WORKERS}; choose fewer"
                 )
-            counts.append(int(item))
+            counts.append(count)
         else:
             raise _bad("worker count", item, "integers >= 0 or auto (comma-separated for several)")
     return tuple(dict.fromkeys(counts))
@@ -188,24 +208,31 @@ def parse_seconds(value: str) -> float:
     return seconds
 
 
-def _auto_or_positive(what: str) -> Callable[[str], int | None]:
-    """A parser of ``auto`` (None: decided where it is needed) or a positive number of ``what``."""
+def _auto_or_positive(what: str, most: int) -> Callable[[str], int | None]:
+    """A parser of ``auto`` (None: decided where it is needed) or a number of ``what`` from 1
+    to ``most``."""
 
     def parse(value: str) -> int | None:
         text = str(value).strip().lower()
         if text == "auto":
             return None
-        if not text.isdecimal() or int(text) < 1:
+        count = _whole(text, most)
+        if not count:
             raise argparse.ArgumentTypeError(
-                f"expected auto or a positive number of {what}, got {value!r}"
+                f"expected auto or a positive number of {what} (at most {most}), got {value!r}"
             )
-        return int(text)
+        return count
 
     return parse
 
 
-parse_max_ranks = _auto_or_positive("ranks")
-parse_threads = _auto_or_positive("threads")
+# Each rank is a process importing torch: more than this on one machine is a typo, and would
+# run into the kernel's process limit (pid_max is 32768 by default) before any test ran.
+parse_max_ranks = _auto_or_positive("ranks", MAX_RANKS)
+# libgomp aborts at 20000 threads ("Thread creation failed") and 100000 segfaults (exit 139);
+# 1024 and 4096 threads with a matmul and a convolution ran on a 2-core VM, also under
+# OMP_NUM_THREADS=1024. 1024 is above any machine's cores (a test measures what it asks for).
+parse_threads = _auto_or_positive("threads", MAX_THREADS)
 
 
 # A peak below this is a unit slip (989 meant as TFLOP/s), not a device: a CPU core does more.
@@ -213,8 +240,8 @@ MIN_PEAK_FLOPS = 1e6
 
 
 def parse_peak_flops(value: str) -> float | None:
-    """A device's dense peak in FLOP/s, a positive number such as ``989e12``; empty for none
-    (the peak then comes from the hook, or pytest-hpml's table of GPUs)."""
+    """A device's dense peak in FLOP/s, a positive number such as ``989e12``; the default,
+    empty, is none (the peak then comes from the hook, or pytest-hpml's table of GPUs)."""
     text = str(value).strip()
     if not text:
         return None
@@ -236,37 +263,29 @@ def parse_peak_flops(value: str) -> float | None:
 
 def parse_processes(value: str) -> int:
     """A whole number of processes, 1 to 16."""
-    text = str(value).strip()
-    if not text.isdecimal() or not 1 <= int(text) <= 16:
+    count = _whole(value, 16)
+    if not count:
         raise argparse.ArgumentTypeError(f"expected 1 to 16 processes, got {value!r}")
-    return int(text)
+    return count
 
 
 def parse_pairs(value: str) -> int:
     """A whole number of pairs of processes, 2 to 32: one pair gives no spread to judge by."""
-    text = str(value).strip()
-    if not text.isdecimal() or not 2 <= int(text) <= 32:
+    count = _whole(value, 32)
+    if count is None or count < 2:
         raise argparse.ArgumentTypeError(f"expected 2 to 32 pairs, got {value!r}")
-    return int(text)
+    return count
 
 
 def parse_paths(value: str) -> tuple[str, ...]:
-    """A comma list of directories (relative to the rootdir); empty for none."""
+    """A comma list of directories (relative to the rootdir); the default, empty, is none."""
     text = str(value).strip()
     return tuple(_items(text)) if text else ()
 
 
 def parse_text(value: str) -> str:
+    """A name, a path or a revision, as given; the default, empty, is none."""
     return str(value).strip()
-
-
-def parse_dir(value: str) -> str:
-    """A directory, relative to the rootdir; an empty value is refused (it would mean the
-    project's root itself)."""
-    text = str(value).strip()
-    if not text:
-        raise argparse.ArgumentTypeError(f"expected a directory, got {value!r}")
-    return text
 
 
 def parse_bool(value: str) -> bool:
@@ -274,9 +293,23 @@ def parse_bool(value: str) -> bool:
     text = str(value).strip().lower()
     if text in ("1", "true", "yes", "on"):
         return True
-    if text in ("0", "false", "no", "off", ""):
+    if text in ("0", "false", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+# What Option.read gives for an empty or blank value: unset (Note [Blank values]). No parser
+# gives an empty string for anything else, and a string crosses to pytest-xdist's workers.
+BLANK = ""
+
+
+def shown(value: Any) -> str:
+    """A value as a message quotes it: cut short when long, escaped when not printable (a
+    control character would act on the terminal)."""
+    text = str(value)
+    if len(text) > 80:
+        text = f"{text[:60]}... ({len(text)} characters)"
+    return text if text.isprintable() else repr(text)
 
 
 class Option(NamedTuple):
@@ -301,6 +334,24 @@ class Option(NamedTuple):
     @property
     def env(self) -> str:
         return "HPML_" + self.name.replace("-", "_").upper()
+
+    def read(self, value: Any) -> Any:
+        """The value of this option given as ``value`` by any source (argparse's ``type=`` for
+        the command line, :func:`resolve` for the environment and the ini file): ``BLANK`` if
+        empty or blank, else parsed, or refused the same way whichever source gave it."""
+        text = str(value).strip()
+        if not text:
+            return BLANK
+        if len(text) > MAX_LENGTH:
+            raise argparse.ArgumentTypeError(
+                f"a value of {len(text)} characters; at most {MAX_LENGTH}"
+            )
+        control = next((c for c in text if unicodedata.category(c) == "Cc"), None)
+        if control is not None:
+            raise argparse.ArgumentTypeError(
+                f"the value contains the control character {control!r}; remove it"
+            )
+        return self.parse(text)
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -399,7 +450,7 @@ OPTIONS: tuple[Option, ...] = (
         "baseline-dir",
         "baseline_dir",
         "directory of baseline files, relative to the rootdir",
-        parse_dir,
+        parse_text,
         "baselines",
         "DIR",
     ),
@@ -407,7 +458,8 @@ OPTIONS: tuple[Option, ...] = (
         "threshold",
         "threshold",
         "smallest relative change of a time metric that counts as a regression or improvement "
-        "(a fraction: 0.1 means 10 percent); the hpml_bench marker overrides it per test",
+        "(a fraction below 1, 0.1 meaning 10 percent, or a percentage up to 1000: the number "
+        "followed by a percent sign); the hpml_bench marker overrides it per test",
         parse_fraction,
         "0.06",
         "FRACTION",
@@ -610,7 +662,7 @@ def register(parser: pytest.Parser) -> None:
     """Add every option to the ``hpml`` group and its ini key, with one help text each."""
     group = parser.getgroup("hpml", "pytest-hpml: PyTorch training tests and benchmarks")
     for opt in OPTIONS:
-        suffix = f" [env {opt.env}, ini {opt.ini}; default: {opt.default}]"
+        suffix = f" [env {opt.env}, ini {opt.ini}; default: {opt.default or 'none'}]"
         if opt.flag:
             group.addoption(
                 opt.cli,
@@ -619,11 +671,11 @@ def register(parser: pytest.Parser) -> None:
                 dest=f"hpml_{opt.dest}",
                 help=opt.help + suffix,
             )
-            parser.addini(opt.ini, opt.help, default=None)  # parsed by parse_bool, named in errors
+            parser.addini(opt.ini, opt.help, type="bool", default=None)
         else:
             group.addoption(
                 opt.cli,
-                type=opt.parse,
+                type=opt.read,  # the parser of every source: a blank value is BLANK
                 default=None,
                 dest=f"hpml_{opt.dest}",
                 metavar=opt.metavar,
@@ -633,33 +685,93 @@ def register(parser: pytest.Parser) -> None:
 
 
 def _from(opt: Option, source: str, raw: Any) -> Any:
-    """Parse a value read from the environment or the ini file, as a usage error if bad."""
+    """Read a value from the environment or the ini file, as a usage error if bad."""
     try:
-        return opt.parse(raw)
+        return opt.read(raw)
     except argparse.ArgumentTypeError as exc:
         raise pytest.UsageError(f"{source}: {exc}") from None
 
 
+def values_given(config: pytest.Config, opt: Option) -> Iterator[tuple[str, Any]]:
+    """Each value ``opt`` is given, highest precedence first, as (source, value read): BLANK
+    for an empty or blank one."""
+    cli = config.getoption(f"hpml_{opt.dest}")  # read by argparse already
+    if cli is not None:
+        yield opt.cli, cli
+    env = os.environ.get(opt.env)
+    if env is not None:
+        yield opt.env, _from(opt, f"{opt.env}={shown(env.strip())}", env)
+    ini = _ini(config, opt)
+    if ini is not None:
+        where = f"ini {opt.ini} = {shown(ini)} ({config.inipath})"
+        yield f"ini {opt.ini}", _from(opt, where, ini)
+
+
+def _ini(config: pytest.Config, opt: Option) -> Any:
+    """The ini value of ``opt``, None if unset. An on/off key is pytest's ``bool`` type, which
+    refuses what is not a truth value before pytest-hpml sees it; its message quotes the value:
+    a blank one is unset here too (Note [Blank values]), any other a usage error naming the key."""
+    try:
+        return config.getini(opt.ini)
+    except (ValueError, pytest.UsageError) as exc:  # pytest 9 raises its ValueError as this
+        found = re.search(r"truth value (['\"])(.*)\1", str(exc))
+        if found is not None and not found.group(2).strip():
+            return BLANK
+        raise pytest.UsageError(
+            f"ini {opt.ini} ({config.inipath}): expected true or false ({exc})"
+        ) from None
+
+
+def explicit(source: str) -> bool:
+    """Whether a value was given for this run, on the command line or in the environment, as
+    opposed to the ini file's standing configuration or a default."""
+    return source.startswith(("--", "HPML_"))
+
+
 def resolve(config: pytest.Config) -> Settings:
-    """Resolve every option: command line > environment > ini > default."""
+    """Resolve every option: command line > environment > ini > default, a blank value unset;
+    then check the combinations. Each blank value consulted is said once."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
+    blanks: dict[str, list[str]] = {}
     for opt in OPTIONS:
-        cli = config.getoption(f"hpml_{opt.dest}")
-        env = os.environ.get(opt.env, "").strip()
-        ini = config.getini(opt.ini)
-        if cli is not None:
-            values[opt.dest], sources[opt.dest] = cli, opt.cli
-        elif env:
-            values[opt.dest], sources[opt.dest] = _from(opt, f"{opt.env}={env}", env), opt.env
-        elif ini not in (None, ""):
-            where = f"ini {opt.ini} = {ini} ({config.inipath})"
-            values[opt.dest], sources[opt.dest] = _from(opt, where, ini), f"ini {opt.ini}"
-        else:
-            values[opt.dest], sources[opt.dest] = opt.parse(opt.default), "default"
+        values[opt.dest], sources[opt.dest] = opt.parse(opt.default), "default"
+        for source, value in values_given(config, opt):
+            if value == BLANK:
+                blanks.setdefault(opt.dest, []).append(source)
+            else:
+                values[opt.dest], sources[opt.dest] = value, source
+                break
     _opt_in(values, sources)
+    _check_benchmark_plugin(config, values, sources)
+    _check_off(values, sources)
+    _check_needs(values, sources)
     _check_against(values, sources)
+    for opt in OPTIONS:
+        for source in blanks.get(opt.dest, []):
+            _say(config, f"{source} is blank: treated as unset ({_instead(opt, sources)})")
     return Settings(**values, sources=sources)
+
+
+def _instead(opt: Option, sources: dict[str, str]) -> str:
+    """What gives ``opt`` its value where a blank one was passed over."""
+    if sources[opt.dest] != "default":
+        return f"{sources[opt.dest]} applies"
+    return f"default {opt.default}" if opt.default else "default: none"
+
+
+def _say(config: pytest.Config, message: str) -> None:
+    """A warning at configure time, in the warnings summary; a usage error where the run's
+    -W or filterwarnings turn warnings into errors (else pytest shows an INTERNALERROR)."""
+    try:
+        config.issue_config_time_warning(pytest.PytestConfigWarning(message), stacklevel=2)
+    except pytest.PytestConfigWarning:
+        raise pytest.UsageError(f"{message}; an error under this run's warning filters") from None
+
+
+def _drop(source: str) -> str:
+    """How to take back a value given by ``source``."""
+    return f"unset {source}" if source.startswith("HPML_") else f"drop {source}"
 
 
 def _check_against(values: dict[str, Any], sources: dict[str, str]) -> None:
@@ -678,6 +790,62 @@ def _check_against(values: dict[str, Any], sources: dict[str, str]) -> None:
             f"{sources['against']} judges benchmarks, but {sources['benchmarks']} turned "
             "pytest-hpml's benchmarks off"
         )
+
+
+# Options that mean something only beside another: option -> the one it needs.
+NEEDS = {"pairs": "against", "against_python": "against", "against_paths": "against"}
+
+
+def _check_needs(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """An option given for this run without the option it works with would be ignored."""
+    for dest, needed in NEEDS.items():
+        if explicit(sources[dest]) and not values[needed]:
+            cli = next(opt.cli for opt in OPTIONS if opt.dest == needed)
+            raise pytest.UsageError(
+                f"{sources[dest]} applies only with {cli}, which is not given; give {cli}, "
+                f"or {_drop(sources[dest])}"
+            )
+
+
+def _check_off(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """A benchmark option given for this run while pytest-hpml's benchmarks are turned off
+    (HPML_BENCHMARKS=0, ini hpml_benchmarks = false) would be ignored."""
+    if values["benchmarks"] or sources["benchmarks"] == "default":
+        return
+    given = [sources[dest] for dest in BENCHMARK_OPTIONS if explicit(sources[dest])]
+    if given:
+        raise pytest.UsageError(
+            f"{given[0]} is an option of pytest-hpml's benchmarks, but "
+            f"{sources['benchmarks']} turned them off; {_drop(given[0])}, or turn them on "
+            "with --hpml-benchmarks"
+        )
+
+
+def _check_benchmark_plugin(
+    config: pytest.Config, values: dict[str, Any], sources: dict[str, str]
+) -> None:
+    """pytest-hpml's benchmarks measure through pytest-benchmark's fixture: without that plugin
+    (``-p no:benchmark``, or not loaded) a run that asks for them is a usage error; standing
+    configuration asking for them (the ini file) is set aside, and said."""
+    plugin = sys.modules.get("pytest_benchmark.plugin")
+    if not values["benchmarks"] or (plugin and config.pluginmanager.is_registered(plugin)):
+        return
+    blocked = config.pluginmanager.is_blocked("benchmark")
+    why = "-p no:benchmark" if blocked else "pytest-benchmark (not loaded)"
+    said = "is disabled (-p no:benchmark)" if blocked else "is not loaded (add -p benchmark)"
+    asked = (sources["benchmarks"], *(sources[dest] for dest in BENCHMARK_OPTIONS))
+    given = [source for source in asked if explicit(source)]
+    if given:
+        raise pytest.UsageError(
+            f"pytest-benchmark {said}, but {given[0]} asks for pytest-hpml's benchmarks, "
+            "which measure with its benchmark fixture; drop one"
+        )
+    _say(
+        config,
+        f"pytest-benchmark {said}: pytest-hpml's benchmarks, turned on by "
+        f"{sources['benchmarks']}, are off for this run",
+    )
+    values["benchmarks"], sources["benchmarks"] = False, why
 
 
 # The options that only mean something for hpml benchmarks: giving one opts the run in.

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import enum
 import functools
-import json
 import os
 import signal
+import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,7 +28,12 @@ import pytest
 
 from .options import SETTINGS_KEY, Settings
 
-RERUN_ENV = "HPML_RERUN"  # path of the JSON that tells a rerun process what to do
+# The rerun channel (Note [Internal variables]): the path of the JSON that tells a rerun process
+# what to do, in a variable no user sets by accident, acted on only when the file is a request
+# made for this very process (:func:`_take_request`).
+RERUN_ENV = "HPML_INTERNAL_RERUN"
+RERUN_PREFIX = "pytest-hpml-rerun-"  # the name of every request file starts so
+RERUN_FORMAT = "pytest-hpml-rerun/1"  # every request's "format" field
 RANK_RESULT_ENV = "HPML_RANK_RESULT"  # a spawned rank writes its reports here
 RANK_BENCH_TIME_ENV = "HPML_RANK_BENCH_TIME"  # seconds of rounds per benchmark in a rank
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
@@ -39,6 +44,10 @@ LAUNCHERS = (
     ("mpirun", ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK")),
     ("srun", ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")),
 )
+# torch's env:// rendezvous reads these beside RANK and WORLD_SIZE: every launcher of torch ranks
+# (torchrun, DeepSpeed's, Kubeflow's, accelerate's) sets them, a shell left over does not
+# (Note [Launches]).
+RENDEZVOUS_ENV = ("MASTER_ADDR", "MASTER_PORT")
 
 
 class Role(enum.Enum):
@@ -82,31 +91,142 @@ def launch_from(environ: Mapping[str, str]) -> Launch | None:
 LAUNCH_KEY = pytest.StashKey["Launch | None"]()
 
 
+def launch_problem(environ: Mapping[str, str], here: Launch) -> str | None:
+    """Why the rank variables of ``environ`` (``here``, read by :func:`launch_from`) cannot be
+    a launch this process is part of, or None (Note [Launches]). Asked before any rendezvous:
+    rank 0 of variables no launcher set would wait for ranks that never come."""
+    if here.spawned:
+        return None
+    names = dict(LAUNCHERS)[here.launcher]
+    given = " ".join(f"{name}={environ[name]}" for name in names)
+    if here.world_size < 1 or max(here.rank, here.local_rank) >= here.world_size:
+        return f"{given}: {names[0]} and {names[2]} must be below {names[1]}"
+    missing = [name for name in RENDEZVOUS_ENV if not environ.get(name)]
+    if here.launcher == "torchrun" and missing:
+        return (
+            f"{given} are set, but {' and '.join(missing)} not: no launcher started this pytest "
+            "(torchrun, like every launcher of torch.distributed ranks, sets both)"
+        )
+    port = environ.get("MASTER_PORT", "")
+    if port and not (port.isdecimal() and 0 < int(port) < 1 << 16):
+        return f"{given}, MASTER_PORT={port}: MASTER_PORT is no port number (1 to 65535)"
+    return None
+
+
 def launch(config: pytest.Config) -> Launch | None:
-    """This process's launch (read once per session), or None when it is no rank."""
+    """This process's launch (read once per session), or None when it is no rank. Rank
+    variables that cannot be a launch are a usage error (:func:`launch_problem`)."""
     if LAUNCH_KEY not in config.stash:
-        config.stash[LAUNCH_KEY] = launch_from(os.environ)
+        here = launch_from(os.environ)
+        problem = launch_problem(os.environ, here) if here is not None else None
+        if here is not None and problem:
+            names = ", ".join(dict(LAUNCHERS)[here.launcher])
+            raise pytest.UsageError(
+                f"hpml: {problem}. Unset {names} to run the tests in this process (a "
+                "@pytest.mark.distributed test starts ranks of its own), or start pytest with "
+                "its launcher"
+            )
+        config.stash[LAUNCH_KEY] = here
     return config.stash[LAUNCH_KEY]
 
 
+def missing_backend(backend: str, source: str) -> str | None:
+    """Why this torch cannot make a process group of ``backend`` (chosen by ``source``), or
+    None. Asked before any rank starts: a backend torch was built without is then a skip (or,
+    for a launch's own process group, a usage error), as nccl without GPUs is."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return f"{backend} backend ({source}): torch {torch.__version__} has no torch.distributed"
+    built = getattr(dist, f"is_{backend}_available", None)
+    if built is not None and not built():
+        return (
+            f"{backend} backend ({source}): torch {torch.__version__} was built without it "
+            f"(torch.distributed.is_{backend}_available() is False)"
+        )
+    return None
+
+
+def backend_source(chosen: Settings) -> str:
+    """Where the run's distributed backend was chosen, with its value, for messages."""
+    where = chosen.sources.get("dist_backend", "default")
+    if where == "default":
+        return f"--hpml-dist-backend default, {chosen.dist_backend}"
+    return f"{where}={chosen.dist_backend}"
+
+
 def rerun_request() -> dict[str, Any] | None:
-    """In a rerun process, what the controller asked of it; None elsewhere."""
+    """In a rerun process, what the controller asked of it; None elsewhere. A value of
+    :data:`RERUN_ENV` naming no request made for this process is a usage error, and its file
+    is left as it was (Note [Internal variables])."""
     path = os.environ.get(RERUN_ENV)
-    return _take_request(path) if path else None
+    if not path:
+        return None
+    request, refused = _take_request(path)
+    if refused:
+        raise pytest.UsageError(
+            f"{RERUN_ENV}={path}: this variable is internal to pytest-hpml (the request file "
+            f"of a process it starts itself), and {refused}; the file was left as it was. "
+            f"Unset {RERUN_ENV}"
+        )
+    return request
 
 
 @functools.cache
-def _take_request(path: str) -> dict[str, Any] | None:
-    """Read the request once, and remove its file: while the rerun measures, nothing of the run
-    is on disk for a controller killed with SIGKILL to leave behind. A pytest that a test of the
-    rerun starts inherits the variable but finds no file: it is no rerun."""
+def _take_request(path: str) -> tuple[dict[str, Any] | None, str]:
+    """The request in ``path`` and "", its file removed (once per process: while the rerun
+    measures, nothing of the run is on disk for a controller killed with SIGKILL to leave
+    behind); (None, "") when no such file is there (a pytest that a test of the rerun starts
+    inherits the variable, but the rerun took the file away: it is no rerun); (None, why) when
+    the file is no request made for this process: nothing else is read, nothing removed."""
+    from ..storage.reader import Unreadable, read_json  # here: only reruns read one
+
     file = Path(path)
+    if not (file.name.startswith(RERUN_PREFIX) and file.suffix == ".json"):
+        return None, f"{path} is no file pytest-hpml made (their names are {RERUN_PREFIX}*.json)"
     try:
-        request = json.loads(file.read_text(encoding="utf-8"))
+        info = file.lstat()
     except FileNotFoundError:
-        return None
+        return None, ""
+    except OSError as exc:
+        return None, f"{path} cannot be looked at ({exc.strerror or exc})"
+    if not stat.S_ISREG(info.st_mode):
+        return None, f"{path} is no regular file (a link, a directory, a device)"
+    if info.st_uid != os.getuid():
+        return None, f"{path} belongs to another user (uid {info.st_uid})"
+    try:
+        request = read_json(file, "rerun request")
+    except FileNotFoundError:
+        return None, ""
+    except Unreadable as exc:
+        return None, str(exc)
+    refused = _not_for_this_process(request, path)
+    if refused:
+        return None, refused
     file.unlink(missing_ok=True)
-    return request
+    return request, ""
+
+
+def _not_for_this_process(request: Any, path: str) -> str | None:
+    """Why ``request``, read from ``path``, is no request that this process's parent made for
+    it (:func:`~pytest_hpml.bench.reruns.ask` writes them), or None."""
+    if not isinstance(request, dict) or request.get("format") != RERUN_FORMAT:
+        return f'{path} is no pytest-hpml rerun request (its "format" is not "{RERUN_FORMAT}")'
+    parent = request.get("parent")
+    if parent != os.getppid():
+        return (
+            f"{path} was made for a process that process {parent!r} starts; this one's parent "
+            f"is process {os.getppid()}"
+        )
+    if request.get("output") != path:
+        return f"{path} asks for the answer in another file ({request.get('output')!r})"
+    tests, seconds = request.get("tests"), request.get("bench_time")
+    if not isinstance(tests, list) or not all(isinstance(test, str) for test in tests):
+        return f"{path}: tests is not a list of test ids"
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+        return f"{path}: bench_time is not a number of seconds"
+    return None
 
 
 def die_with_parent(parent: int) -> None:

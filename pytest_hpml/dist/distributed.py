@@ -20,7 +20,12 @@ for the rest of the run); ranks die with a parent killed outright (leaving the d
 **Launched**: pytest itself was started by ``torchrun``, ``mpirun`` or ``srun``. Every process
 is a rank: the process group is initialized once, every rank checks that all collected the
 same tests, each test runs in place on every rank, and the ranks exchange their reports after
-each test, so that rank 0 reports one merged outcome (the others print nothing).
+each test, so that rank 0 reports one merged outcome (the others print nothing). Rank
+variables that no launcher set are a usage error before any rendezvous, and rank 0 says where
+it waits for the others, and for how long (Note [Launches]).
+
+A backend this torch was built without skips the test before any rank starts, as nccl without
+enough GPUs does.
 """
 
 from __future__ import annotations
@@ -52,10 +57,13 @@ from ..config.options import OPTIONS, usable_cpus
 from ..config.role import (
     RANK_BENCH_TIME_ENV,
     RANK_RESULT_ENV,
+    RENDEZVOUS_ENV,
     RERUN_ENV,
     Launch,
+    backend_source,
     die_with_parent,
     launch,
+    missing_backend,
     settings,
 )
 from ..hardware import gpus
@@ -87,6 +95,7 @@ class Spec:
     world_size: int
     backend: str
     timeout: float
+    source: str = ""  # where the backend was chosen, for messages
 
 
 def spec(item: pytest.Item) -> Spec | None:
@@ -97,10 +106,13 @@ def spec(item: pytest.Item) -> Spec | None:
         return None
     world_size, backend, timeout = markers.distributed_settings(mark)
     chosen = settings(item.config)
-    backend = backend or os.environ.get(BACKEND_ENV) or chosen.dist_backend
+    source = f"@pytest.mark.distributed(backend={backend!r})"
+    if not backend:
+        backend = os.environ.get(BACKEND_ENV) or chosen.dist_backend
+        source = backend_source(chosen)
     if backend == "auto":
         backend = "nccl" if _on_cuda(item) else "gloo"
-    return Spec(world_size, backend, float(timeout or chosen.dist_timeout))
+    return Spec(world_size, backend, float(timeout or chosen.dist_timeout), source)
 
 
 def _on_cuda(item: pytest.Item) -> bool:
@@ -113,6 +125,9 @@ def _on_cuda(item: pytest.Item) -> bool:
 
 def skip_reason(item: pytest.Item, asked: Spec) -> str | None:
     """Why this machine (or this launch) cannot run the test, or None."""
+    missing = missing_backend(asked.backend, asked.source)
+    if missing:
+        return missing
     here = launch(item.config)
     if here is not None and not here.spawned and here.world_size != asked.world_size:
         return (
@@ -641,7 +656,7 @@ class Rank:
         """Join the process group; launched ranks check they collected the same tests."""
         if os.environ.get(GROUP_ENV) == "0":
             return
-        init_process_group(self.here)
+        init_process_group(self.config, self.here)
         if self.here.spawned:
             return
         import torch.distributed as dist
@@ -708,19 +723,70 @@ class Rank:
                 dist.destroy_process_group()
 
 
-def init_process_group(here: Launch) -> None:
-    """Initialize ``torch.distributed`` from the environment, once per process."""
+def init_process_group(config: pytest.Config, here: Launch) -> None:
+    """Initialize ``torch.distributed`` from the environment, once per process: a spawned
+    rank with the backend and timeout its parent chose for the test, a launched one with the
+    run's --hpml-dist-backend and --hpml-dist-timeout. Launched, rank 0 says where it waits
+    for the others and for how long; a process group that cannot be made (a backend torch
+    lacks, ranks that never come) is a usage error that says so (Note [Launches])."""
     import torch
     import torch.distributed as dist
 
     if dist.is_initialized():
         return
-    backend = os.environ.get(BACKEND_ENV) or _session_backend()
-    timeout = datetime.timedelta(seconds=float(os.environ.get(TIMEOUT_ENV) or 300))
+    backend, source, seconds = _group_settings(config, here)
+    missing = missing_backend(backend, source)
+    if missing:
+        raise pytest.UsageError(f"hpml: {missing}; choose another with --hpml-dist-backend")
     _export_env(here)
+    where = ":".join(os.environ[name] for name in RENDEZVOUS_ENV)
+    if not here.spawned:
+        _say(
+            config,
+            f"hpml: {_who(here)}: joining the others at {where} ({backend}), for at most "
+            f"{seconds:g} s ({_timeout_source(config)})",
+        )
     if backend == "nccl":
         torch.cuda.set_device(here.local_rank)
-    dist.init_process_group(backend, rank=here.rank, world_size=here.world_size, timeout=timeout)
+    timeout = datetime.timedelta(seconds=seconds)
+    try:
+        dist.init_process_group(
+            backend, rank=here.rank, world_size=here.world_size, timeout=timeout
+        )
+    except Exception as exc:  # a store that timed out, an address that does not resolve...
+        said = (str(exc).strip().splitlines() or [""])[0]
+        raise pytest.UsageError(
+            f"hpml: {_who(here)} could not join the process group at {where} ({backend}) "
+            f"within {seconds:g} s: {type(exc).__name__}: {said}"
+        ) from None
+
+
+def _group_settings(config: pytest.Config, here: Launch) -> tuple[str, str, float]:
+    """(backend, where it was chosen, timeout in seconds) of this process's group."""
+    if here.spawned:
+        seconds = float(os.environ.get(TIMEOUT_ENV) or 300)
+        return os.environ.get(BACKEND_ENV) or _session_backend(), "chosen for the test", seconds
+    chosen = settings(config)
+    backend = chosen.dist_backend
+    if backend == "auto":
+        backend = _session_backend()
+    return backend, backend_source(chosen), chosen.dist_timeout
+
+
+def _who(here: Launch) -> str:
+    return f"{here.launcher} rank {here.rank} of {here.world_size}"
+
+
+def _timeout_source(config: pytest.Config) -> str:
+    where = settings(config).sources.get("dist_timeout", "default")
+    return "--hpml-dist-timeout default" if where == "default" else where
+
+
+def _say(config: pytest.Config, line: str) -> None:
+    """A line on the terminal, where this process has one (launched, rank 0 only)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(line)
 
 
 def _session_backend() -> str:

@@ -19,7 +19,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TextIO
 
 from ..bench.metrics import kind_of, per_second
 from ..config.options import number
@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except (reader.Unreadable, ReportError, OSError) as exc:
-        print(f"pytest-hpml: error: {_message(exc)}", file=sys.stderr)
+        say(f"pytest-hpml: error: {_message(exc)}", file=sys.stderr)
         return 2
 
 
@@ -47,8 +47,15 @@ def _message(exc: Exception) -> str:
     return str(exc)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, its errors made visible: it quotes an unrecognized argument as it is."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(text.visible(message))
+
+
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
+    top = _Parser(
         prog="pytest-hpml", description="Look at pytest-hpml baseline files and JSON reports."
     )
     commands = top.add_subparsers(title="commands", metavar="COMMAND", required=True)
@@ -208,7 +215,7 @@ def load_entries(path: Path) -> Entries:
         return {r["test"]: r["metrics"] for r in load_report(path)["results"]}
     data = baselines.load(path)
     for problem in baselines.unusable(data):
-        print(f"pytest-hpml: {path}: {problem}", file=sys.stderr)
+        say(f"pytest-hpml: {path}: {problem}", file=sys.stderr)
     return data["entries"]
 
 
@@ -241,14 +248,14 @@ def run_list(args: argparse.Namespace) -> int:
         raise BaselineError(f"no baseline directory {directory} (see --dir)")
     paths = sorted(directory.glob("*.json"))
     if not paths:
-        print(f"no baseline files in {directory}")
+        say(f"no baseline files in {directory}")
         return 0
     body, failed = [], False
     for path in paths:
         try:
             data = baselines.load(path)
         except BaselineError as exc:
-            print(f"pytest-hpml: error: {exc}", file=sys.stderr)
+            say(f"pytest-hpml: error: {exc}", file=sys.stderr)
             failed = True
             continue
         body.append(_file_row(path, data))
@@ -279,12 +286,12 @@ def run_show(args: argparse.Namespace) -> int:
     entries = load_entries(args.file)
     chosen = {t: m for t, m in entries.items() if _matches(t, args.test)}
     if not chosen:
-        print(f"no test matches{'' if args.test is None else f' {args.test!r}'} in {args.file}")
+        say(f"no test matches{'' if args.test is None else f' {args.test!r}'} in {args.file}")
         near = difflib.get_close_matches(args.test or "", sorted(entries), n=3, cutoff=0.3)
         names = {_name(t): t for t in entries}
         near += [names[n] for n in difflib.get_close_matches(args.test or "", names, n=3)]
         if near:
-            print("nearest: " + ", ".join(dict.fromkeys(near)))
+            say("nearest: " + ", ".join(dict.fromkeys(near)))
         return 1
     body = [
         _record_row(test, name, record)
@@ -340,7 +347,7 @@ def run_diff(args: argparse.Namespace) -> int:
         for name in sorted(before.keys() | after.keys()):
             body.append(_diff_row(test, name, before.get(name), after.get(name)))
     if not body:
-        print("no entries in either file")
+        say("no entries in either file")
         return 0
     _print(("test", "metric", "old", "new", "change", "normalized"), body)
     return 0
@@ -390,10 +397,10 @@ def run_render(args: argparse.Namespace) -> int:
     try:
         if args.md:
             files.write_markdown(args.md, document, full_report=args.report)
-            print(f"wrote {args.md}")
+            say(f"wrote {args.md}")
         if args.html:
             _write_html(args, document)
-            print(f"wrote {args.html}")
+            say(f"wrote {args.html}")
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         problem = f"{type(exc).__name__}: {exc}"
         raise BaselineError(f"report {args.report} is malformed ({problem})") from None
@@ -424,10 +431,17 @@ def _write_html(args: argparse.Namespace, document: dict[str, Any]) -> None:
 
     entries = html.stored_baselines(document, args.baselines)
     if args.baselines and not entries:
-        print(f"note: no baseline samples for this machine in {args.baselines}", file=sys.stderr)
+        say(f"note: no baseline samples for this machine in {args.baselines}", file=sys.stderr)
     writer.write(args.html, html.render(document, entries))
 
 
 def _print(columns: Sequence[str], body: list[dict[str, str]]) -> None:
     for line in text.align(columns, body):
-        print(line.rstrip())
+        say(line.rstrip())
+
+
+def say(line: str, file: TextIO | None = None) -> None:
+    """Print one line of the command's output (standard output unless ``file``), made visible
+    (``text.visible``): test ids, machine names, paths and errors come from files a pull
+    request can craft, and a terminal acts on the controls they may hold."""
+    print(text.visible(line), file=sys.stdout if file is None else file)

@@ -15,7 +15,7 @@ import pytest
 
 from ..storage import reader, writer
 from ..verdict import baselines, stats
-from .text import COLUMNS, citations, counts, differs, legend, rows, sides
+from .text import COLUMNS, citations, counts, differs, legend, rows, sides, visible
 
 REPORT_FORMAT = "pytest-hpml-report/1"
 MARKDOWN_COLUMNS = (*COLUMNS, "reason")
@@ -125,8 +125,10 @@ _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+!|~-])")
 def md(text: Any) -> str:
     """``text`` as literal Markdown: HTML made inert (entities) and Markdown's own characters
     escaped, so no test id, metric, machine name, source or error can end a cell or a code
-    span, or bring in HTML (GitHub renders step summaries and comments)."""
-    return _MARKDOWN.sub(r"\\\1", html.escape(str(text), quote=False)).replace("\n", " ")
+    span, or bring in HTML (GitHub renders step summaries and comments); control characters
+    and bidirectional overrides shown as escapes (``text.visible``)."""
+    shown = visible(str(text).replace("\n", " "))
+    return _MARKDOWN.sub(r"\\\1", html.escape(shown, quote=False))
 
 
 # GitHub refuses a pull-request comment longer than this; a longer summary is cut to fit, with

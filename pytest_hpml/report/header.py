@@ -51,7 +51,19 @@ def lines(config: pytest.Config) -> list[str]:
     if torch_imported():
         found.append(hardware_line(config))
         config.stash[HARDWARE_SHOWN] = True
-    return found + against_lines(config)
+    return shown(found + against_lines(config))
+
+
+def shown(found: list[str]) -> list[str]:
+    """``found`` as ``text.visible`` shows it: a GPU's name, CUDA_VISIBLE_DEVICES or the
+    revision given to --hpml-against may hold what a terminal acts on. ``text`` (and what it
+    imports) is loaded only where a line holds a character that is not printable: every run
+    shows the header, and almost none needs it."""
+    if all(line.isprintable() for line in found):
+        return found
+    from .text import visible
+
+    return [visible(line) for line in found]
 
 
 def against_lines(config: pytest.Config) -> list[str]:
@@ -76,5 +88,5 @@ def hardware_checked(config: pytest.Config) -> None:
 def after_collection(config: pytest.Config) -> list[str]:
     """The hardware line, after collection, if hpml tests need it and it was not shown yet."""
     if config.stash.get(HPML_ITEMS, False) and not config.stash.get(HARDWARE_SHOWN, False):
-        return [hardware_line(config)]
+        return shown([hardware_line(config)])
     return []

@@ -65,6 +65,13 @@ td.test span, h3 span { white-space: nowrap; }
 """
 
 
+def escape(value: object, quote: bool = True) -> str:
+    """``value`` as HTML text: every value on the page passes here, made visible
+    (``text.visible``: a bidirectional override would reorder what a reviewer reads) before
+    its markup is made inert."""
+    return html.escape(reports.visible(value), quote=quote)
+
+
 class ReportError(ImportError):
     """The HTML report cannot be drawn here (matplotlib is missing)."""
 
@@ -103,7 +110,7 @@ def render(document: dict[str, Any], baselines: Baselines | None = None) -> str:
     title = f"pytest-hpml benchmarks: {reports.headline(reports.counts(results))}"
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head>\n<body>\n"
+        f"<title>{escape(title)}</title><style>{STYLE}</style></head>\n<body>\n"
         + "\n".join(s for s in sections if s)
         + "\n</body></html>\n"
     )
@@ -122,10 +129,10 @@ def stored_baselines(document: dict[str, Any], directory: Path | None = None) ->
         if document.get("baseline_mode") != "compare" or not document.get("baseline_dir"):
             return {}
         directory = Path(document["baseline_dir"])
-    path = machine_path(directory, Fingerprint.from_dict(document["fingerprint"]))
-    try:
+    try:  # a report's fingerprint lacking the hardware names no baseline file: nothing to plot
+        path = machine_path(directory, Fingerprint.from_dict(document["fingerprint"]))
         data = load(path)
-    except BaselineError:
+    except (BaselineError, KeyError, TypeError, ValueError, AttributeError):
         return {}  # the run reported it already; the plots just lack the baseline
     unusable(data)  # never plotted, as never judged (the run or the CLI names them)
     return data["entries"]
@@ -163,14 +170,14 @@ def _header(document: dict[str, Any]) -> str:
     }
     badges = "".join(
         f"<span class='badge' style='background:{COLOURS.get(v, '#666')}'>"
-        f"{html.escape(str(n))} {html.escape(v)}</span>"
+        f"{escape(str(n))} {escape(v)}</span>"
         for v, n in sorted(found.items(), key=lambda item: _order(item[0]))
     )
-    errors = "".join(f"<li>{html.escape(str(e))}</li>" for e in document.get("errors") or ())
+    errors = "".join(f"<li>{escape(str(e))}</li>" for e in document.get("errors") or ())
     return (
-        f"<h1>pytest-hpml benchmarks: {html.escape(reports.headline(found))}</h1>\n"
+        f"<h1>pytest-hpml benchmarks: {escape(reports.headline(found))}</h1>\n"
         f"<p>{badges or 'no metrics'}</p>\n<dl>"
-        + "".join(f"<dt>{k}</dt><dd>{html.escape(str(v))}</dd>" for k, v in facts.items())
+        + "".join(f"<dt>{k}</dt><dd>{escape(str(v))}</dd>" for k, v in facts.items())
         + "</dl>"
         + (f"\n<ul class='errors'>{errors}</ul>" if errors else "")
     )
@@ -189,7 +196,7 @@ def _fact(value: Any) -> str:
 def _table(results: list[dict[str, Any]]) -> str:
     """The same rows as the terminal and Markdown tables, verdicts coloured, reasons added;
     scrolled sideways rather than squeezed where an id's part is wider than the page."""
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in reports.COLUMNS)
+    head = "".join(f"<th>{escape(c)}</th>" for c in reports.COLUMNS)
     body = ["<tr>" + "".join(_cells(row)) + "</tr>" for row in reports.rows(results)]
     return f"<div class='wide'><table><tr>{head}</tr>\n" + "\n".join(body) + "</table></div>"
 
@@ -197,9 +204,9 @@ def _table(results: list[dict[str, Any]]) -> str:
 def _cells(row: dict[str, str]) -> list[str]:
     cells = []
     for column in reports.COLUMNS:
-        value = html.escape(row[column])
+        value = escape(row[column])
         if column == "test" and len(row[column]) > LONG_ID:  # the whole id on hover
-            full = html.escape(row[column], quote=True)
+            full = escape(row[column], quote=True)
             shown = breakable(_short(row[column], LONG_ID))
             cells.append(f"<td class='test' title=\"{full}\">{shown}</td>")
         elif column == "test":
@@ -208,7 +215,7 @@ def _cells(row: dict[str, str]) -> list[str]:
             cells.append(f"<td>{value}</td>")
         elif column == "verdict":
             colour = COLOURS.get(row["verdict"], "#666")
-            reason = f" <span class='note'>({html.escape(row['reason'])})</span>"
+            reason = f" <span class='note'>({escape(row['reason'])})</span>"
             cells.append(
                 f"<td><b style='color:{colour}'>{value}</b>{reason if row['reason'] else ''}</td>"
             )
@@ -226,19 +233,19 @@ def breakable(test: str) -> str:
     between them: a narrow column wraps ``tests/test_case.py::test_case[cpu]`` only between
     its parts, never inside a name as ``word-break: break-all`` did."""
     parts = [part for part in _ID_BREAKS.split(test) if part]
-    return "<wbr>".join(f"<span>{html.escape(part)}</span>" for part in parts)
+    return "<wbr>".join(f"<span>{escape(part)}</span>" for part in parts)
 
 
 def _png(figure: Any, alt: str) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)
     data = base64.b64encode(buffer.getvalue()).decode("ascii")
-    return f"<img alt='{html.escape(alt, quote=True)}' src='data:image/png;base64,{data}'>"
+    return f"<img alt='{escape(alt, quote=True)}' src='data:image/png;base64,{data}'>"
 
 
 def _plain(text: str) -> str:
-    """Text for matplotlib: a '$' would start mathtext."""
-    return text.replace("$", r"\$")
+    """Text for matplotlib, made visible: a '$' would start mathtext."""
+    return reports.visible(text).replace("$", r"\$")
 
 
 def _short(text: str, width: int = 70) -> str:
@@ -371,7 +378,7 @@ def _samples(
     notes = [PAIRED_NOTE] if any(p.paired for p in panels) else []
     if not all(p.paired for p in panels):
         notes.append(UNPAIRED_NOTE if against else SAMPLES_NOTE)
-    intro = "".join(f"<p class='note'>{html.escape(n)}</p>" for n in notes)
+    intro = "".join(f"<p class='note'>{escape(n)}</p>" for n in notes)
     return "<h2>What was judged</h2>\n" + intro + "\n" + "\n".join(parts)
 
 
@@ -383,7 +390,7 @@ def _benchmark(
     axes = figure.subplots(1, len(names), squeeze=False)[0]
     panels = [_panel(ax, name, result, stored.get(name)) for ax, name in zip(axes, names)]
     test = result["test"]
-    data = html.escape(json.dumps([dataclasses.asdict(p) for p in panels]), quote=True)
+    data = escape(json.dumps([dataclasses.asdict(p) for p in panels]), quote=True)
     return (
         f'<h3>{breakable(test)}</h3>\n<figure data-values="{data}">'
         + _png(figure, f"values judged for {test}")

@@ -58,6 +58,7 @@ def last_line(verdicts: Verdicts) -> dict[str, list[pytest.TestReport]]:
 
 
 def _failure(test: str, message: str) -> pytest.TestReport:
+    test, message = text.visible(test), text.visible(message)  # other plugins may show them
     where = test.split("::")[0]
     return pytest.TestReport(test, (where, None, test), {}, "failed", message, "call")
 
@@ -134,8 +135,24 @@ def _against(verdicts: Verdicts) -> dict[str, Any] | None:
     }
 
 
+class Shown:
+    """pytest's terminal reporter, every line written through it made visible (text.visible):
+    test ids, metric names, machine names, reasons and errors come from files and options."""
+
+    def __init__(self, reporter: Any) -> None:
+        self.reporter = reporter
+
+    def write_line(self, line: str, **markup: bool) -> None:
+        self.reporter.write_line(text.visible(line), **markup)
+
+    def write_sep(self, sep: str, title: str | None = None, **markup: bool) -> None:
+        shown = None if title is None else text.visible(title)
+        self.reporter.write_sep(sep, shown, **markup)
+
+
 def terminal(reporter: Any, verdicts: Verdicts) -> None:
     """Print the verdict table, then what regressed, improved or could not be read."""
+    reporter = Shown(reporter)  # the one way out to the terminal: the helpers below get it
     results = verdicts.results
     reporter.write_sep("=", "hpml benchmarks")
     for line in text.table(results) if results else ():
@@ -197,6 +214,32 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
         reporter.write_line(f"hpml: baselines recorded in {path}")
     for error in verdicts.errors:
         reporter.write_line(f"hpml: ERROR {error}", red=True)
+    _unreached(reporter, verdicts)
+
+
+def _unreached(reporter: Any, verdicts: Verdicts) -> None:
+    """The last line of a stored-baseline comparison whose time verdicts were not reached: on
+    a busy or unknown runner a time stored elsewhere or earlier says little, and what to do
+    instead is the point (Note [Busy machine])."""
+    if verdicts.against is not None or verdicts.duty.baseline != "compare":
+        return
+    unreached = [
+        (test, name)
+        for r in verdicts.results
+        for name, v in r["verdicts"].items()
+        if v["verdict"] == stats.INCONCLUSIVE and is_sampled(r["metrics"][name])
+        for test in [r["test"]]
+    ]
+    if not unreached:
+        return
+    busy = " on this busy machine" if verdicts.busy_benchmarks() else ""
+    reporter.write_line(
+        f"hpml: {len(unreached)} time verdict(s) could not be reached against the stored "
+        f"baselines{busy}; judge the change against its base instead "
+        "(--hpml-against=origin/main measures both sides here, in one run), or record and "
+        "compare on a dedicated runner; counts were judged all the same",
+        yellow=True,
+    )
 
 
 # Verdicts given a line each in the summary, with what they mean for the run: a regression

@@ -3,11 +3,35 @@ Shared by the terminal summary, the Markdown and HTML reports and the command li
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from ..bench.metrics import is_work_counter
 from ..verdict import stats
+
+# What a terminal, an editor or a browser acts on instead of showing (Note [Shown text]): C0
+# and C1 controls and DEL (escape sequences, bell, carriage return, backspace), the line and
+# paragraph separators, the bidirectional marks, embeddings, overrides and isolates that
+# reorder what is shown, and lone surrogates (which no terminal can be written).
+_HIDDEN = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+
+def visible(value: object) -> str:
+    """``value`` as text that shows every character it holds: each control, bidirectional
+    override or lone surrogate as its escape (``\\x1b``, ``\\u202e``), all else as it is (é,
+    中 and emoji included). Applied where text leaves pytest-hpml (the terminal, the Markdown,
+    the HTML, the command's output), so that no name read from a file or an option can move the
+    cursor, retitle or clear a reviewer's terminal, or make a line read other than it is."""
+    return _HIDDEN.sub(_escape, str(value))
+
+
+def _escape(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
 
 UNITS = {"s": [(1, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")]}
 PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
@@ -115,10 +139,12 @@ def citations(results: list[dict[str, Any]]) -> list[str]:
 
 
 def align(columns: Sequence[str], body: list[dict[str, str]]) -> list[str]:
-    """A header line and one line per row, each column padded to its widest cell."""
-    widths = {c: max([len(c), *(len(r[c]) for r in body)]) for c in columns}
+    """A header line and one line per row, each column padded to its widest cell, every cell
+    made visible (a control character in a test id would move the cursor, not the column)."""
+    cells = [{c: visible(r[c]) for c in columns} for r in body]
+    widths = {c: max([len(c), *(len(r[c]) for r in cells)]) for c in columns}
     lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
-    lines += ["  ".join(r[c].ljust(widths[c]) for c in columns) for r in body]
+    lines += ["  ".join(r[c].ljust(widths[c]) for c in columns) for r in cells]
     return lines
 
 

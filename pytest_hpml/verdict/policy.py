@@ -99,11 +99,41 @@ def _accept(comparison: stats.Comparison, said: Mapping[str, str]) -> stats.Comp
     return comparison
 
 
-def unmatched(accepted: Mapping[str, Any], recorded: Mapping[str, Any]) -> list[str]:
-    """The names a test's ``expect_change`` gives that none of its metrics has (instructions
-    are counted later, in their own process, and always match)."""
-    known = {*recorded, *(name.partition("[")[0] for name in recorded), "instructions"}
-    return sorted(name for name in accepted if name not in known)
+def unrecorded(
+    accepted: Mapping[str, Any], tolerance: Mapping[str, Any], recorded: Mapping[str, Any]
+) -> list[str]:
+    """What a test names that its benchmark does not record, each said as a run error: the
+    metrics its ``expect_change`` accepts (a name covers its variants: ``syncs`` for
+    ``syncs[fast]``), and the counts its ``hpml_bench(tolerance=...)`` loosens (a tolerance
+    applies to no other metric). Instructions are counted later, in their own process, and
+    always match. Known only once the benchmark ran: the marker's own check cannot tell."""
+    counts = counter_names(recorded)
+    variants = {name.partition("[")[0] for name in recorded}
+    checks = (
+        ("expect_change", accepted, {*recorded, *variants}, "record; it records", recorded),
+        ("hpml_bench(tolerance=...)", tolerance, counts, "count; it counts", counts),
+    )
+    said = []
+    for what, given, known, verb, listed in checks:
+        missing = sorted(name for name in given if name not in {*known, "instructions"})
+        if missing:
+            said.append(
+                f"{what} names {', '.join(missing)}, which this benchmark does not {verb} "
+                f"{', '.join(sorted(listed)) or 'nothing'}"
+            )
+    return said
+
+
+def counter_names(recorded: Mapping[str, Any]) -> set[str]:
+    """The counts among ``recorded`` by the names ``hpml_bench(tolerance=...)`` gives them: the
+    work counters without a variant's suffix (``syncs`` for ``syncs[fast]``, ``flops[float32]``
+    for ``flops[float32][fast]``), and instructions."""
+    names = {"instructions"}
+    for name in recorded:
+        if metrics.is_work_counter(name):
+            head, _, rest = name.partition("[")
+            names.add(f"{head}[{rest.partition(']')[0]}]" if head == "flops" else head)
+    return names
 
 
 # A faster call that measured the host's work directly: a grown count of the size class is

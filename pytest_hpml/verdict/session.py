@@ -292,12 +292,8 @@ class Verdicts:
         threshold = chosen.threshold or self.settings.threshold
         known = len(self.errors)
         accepted = getattr(bench, "accepted", {})
-        unknown = policy.unmatched(accepted, bench.metrics)
-        if unknown:
-            self.errors.append(
-                f"{item.nodeid}: expect_change names {', '.join(unknown)}, which this benchmark "
-                f"does not record; it records {', '.join(sorted(bench.metrics))}"
-            )
+        for said in policy.unrecorded(accepted, chosen.tolerance, bench.metrics):
+            self.errors.append(f"{item.nodeid}: {said}")
         verdicts = self.judge(item.nodeid, bench.metrics, threshold, accepted)
         return {
             "test": item.nodeid,
