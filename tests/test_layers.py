@@ -1,5 +1,6 @@
-"""The package's layers: imports point one way, config -> hardware -> fixtures/dist/bench ->
-verdict -> report, and no module imports itself back through others.
+"""The package's layers: imports point one way, config -> hardware ->
+fixtures/distributed/bench -> verdict -> report, and no module imports itself back through
+others.
 
 Read from the source (every ``import`` statement, those inside functions and under
 ``TYPE_CHECKING`` included: a lazy import is still a dependency), so that a cycle hidden by an
@@ -28,7 +29,7 @@ LAYERS = {
     "config": 1,
     "hardware": 2,
     "fixtures": 3,
-    "dist": 3,
+    "distributed": 3,
     "bench": 3,
     "verdict": 4,
     "helpers": 4,
