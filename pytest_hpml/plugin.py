@@ -84,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
         rerun = Rerun(asked, results=lambda: verdicts(config).results)
         config.pluginmanager.register(rerun, "hpml-rerun")
     if role.launch(config) is not None:  # one of several ranks
-        from .distributed.distributed import Rank
+        from .distributed.rank import Rank
 
         config.pluginmanager.register(Rank(config, role.launch(config)), "hpml-rank")
     if role.role(config) is role.Role.XDIST_WORKER or getattr(config.option, "numprocesses", 0):
@@ -93,7 +93,7 @@ def pytest_configure(config: pytest.Config) -> None:
         gpus.take_slice(config)  # an xdist worker sees only its GPUs, before CUDA starts here
         gpus.schedule(config)
         if gpus.share(config) is not None:
-            from .distributed.distributed import HeldGpus, SharedGpus
+            from .distributed.leases import HeldGpus, SharedGpus
 
             config.pluginmanager.register(SharedGpus(budget), "hpml-gpu-share")
             config.pluginmanager.register(HeldGpus(), "hpml-gpu-hold")
@@ -161,7 +161,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return None
     if item.config.pluginmanager.has_plugin("hpml-gpu-share"):
         return None
-    from .distributed.distributed import spawn_protocol
+    from .distributed.spawn import spawn_protocol
     from .verdict.session import verdicts
 
     return spawn_protocol(item, nextitem, budget=verdicts(item.config).budget)
