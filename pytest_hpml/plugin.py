@@ -105,11 +105,14 @@ def pytest_configure(config: pytest.Config) -> None:
         from .report.html import check_html
 
         check_html(chosen)
-    recording = role.duty(config).baseline in ("update", "append")
-    if role.is_controller(config) and (recording or chosen.report or chosen.report_md):
+    # Checked before the tests where the end of the run writes (comparing, a bad baseline
+    # directory is said where it is read: the check costs a plain run its start-up modules).
+    mode = role.duty(config).baseline if chosen.benchmarks else "off"
+    reports = chosen.report or chosen.report_md or chosen.report_html
+    if role.is_controller(config) and (mode in ("update", "append") or reports):
         from .report.files import check_paths
 
-        check_paths(chosen, recording, config.rootpath)
+        check_paths(chosen, mode, config.rootpath)
 
 
 @pytest.hookimpl

@@ -285,7 +285,8 @@ READ: list[Case] = [
     Case(
         "baseline-field-path-named",
         ("--hpml-benchmarks",),
-        r'entries\["test_count.py::test_count"\].n: value \'1\' is not a finite number; not used',
+        r'entries\["test_count.py::test_count"\]\["n"\]: value \'1\' is not a finite number; '
+        r"not used",
         FAILED,
         files={
             "test_count.py": COUNT,
@@ -297,12 +298,53 @@ READ: list[Case] = [
     Case(
         "baseline-without-samples-is-unusable",
         ("--hpml-benchmarks", "--hpml-bench-time=0.2"),
-        r"time: samples is empty: a baseline without samples cannot be judged against",
+        r'\["time"\]: samples is empty: a baseline without samples cannot be judged against',
         FAILED,
         files={
             "test_bench.py": BENCH,
             MACHINE: baseline_file({"test_bench.py::test_sum": {"time": {**TIME, "samples": []}}}),
         },
+    ),
+    Case(
+        "baseline-fields-besides-samples",
+        ("--hpml-benchmarks", "--hpml-bench-time=0.2"),
+        r'entries\["test_bench.py::test_sum"\]\["time"\]: \["iterations"\] is -3, not a whole '
+        r"number >= 1; not used",
+        FAILED,
+        files={
+            "test_bench.py": BENCH,
+            MACHINE: baseline_file(
+                {"test_bench.py::test_sum": {"time": {**TIME, "iterations": -3}}}
+            ),
+        },
+    ),
+    Case(
+        "baseline-entry-without-a-test-id",
+        ("--hpml-benchmarks",),
+        r'entries\[""\]: an entry without a test id; not used',
+        FAILED,
+        files={
+            "test_count.py": COUNT,
+            PORTABLE: baseline_file({"": {"n": {"kind": "count", "value": 1}}}),
+        },
+    ),
+    Case(
+        "show-a-file-with-an-unusable-record",
+        ("pytest-hpml", "show", PORTABLE),
+        r'(?s)entries\["t"\]\["n"\]: value None is not a finite number; not used',
+        CLI_ERROR,
+        files={
+            PORTABLE: baseline_file(
+                {"t": {"n": {"kind": "count"}}, "u": {"n": {"kind": "count", "value": 2}}}
+            )
+        },
+    ),
+    Case(
+        "list-a-file-as-the-directory",
+        ("pytest-hpml", "list", "--dir", "a.json"),
+        r"^pytest-hpml: error: a.json is a file, not a directory",
+        CLI_ERROR,
+        files={"a.json": "{}"},
     ),
     Case(
         "show-a-file-not-utf8",
@@ -370,7 +412,10 @@ WRITTEN: list[Case] = [
         ("--hpml-report-md=README.md",),
         r"--hpml-report-md: README.md exists and is not a pytest-hpml Markdown summary",
         USAGE,
-        files={"test_count.py": COUNT, "README.md": "# My project\n"},
+        files={
+            "test_count.py": COUNT,
+            "README.md": "# My project\n\nCI runs the pytest-hpml benchmarks on every PR.\n",
+        },
     ),
     Case(
         "read-only-report",
@@ -441,6 +486,29 @@ WRITTEN: list[Case] = [
         r".*; nothing was measured",
         0,
         files={"test_bench.py": BENCH},
+    ),
+    Case(
+        "report-into-a-symbolic-link-loop",
+        ("--hpml-report=loop/r.json",),
+        r"--hpml-report: loop/r.json leads into a symbolic link loop",
+        USAGE,
+        files={"test_count.py": COUNT},
+        links={"loop": "loop"},
+    ),
+    Case(
+        "baseline-directory-a-symbolic-link-loop",
+        ("--hpml-baseline=update",),
+        r"--hpml-baseline-dir: baselines is a symbolic link loop",
+        USAGE,
+        files={"test_count.py": COUNT},
+        links={"baselines": "baselines"},
+    ),
+    Case(
+        "baseline-directory-a-file-when-comparing",
+        ("--hpml-benchmarks",),
+        r"hpml: ERROR the baseline directory \S+/baselines is a file, not a directory",
+        FAILED,
+        files={"test_count.py": COUNT, "baselines": "not a directory"},
     ),
     Case(
         "render-onto-its-own-report",
@@ -756,7 +824,7 @@ def test_appending_to_an_unusable_record_keeps_file_and_measurements(
     result = pytester.runpytest_subprocess(*args, "--hpml-baseline=append")
     assert result.ret == FAILED
     said = re.escape(
-        ': entries["test_bench.py::test_sum"].time: processes and earlier must be lists of '
+        ': entries["test_bench.py::test_sum"]["time"]: processes and earlier must be lists of '
         "process runs: earlier is not a list; nothing can be appended to it"
     )
     kept = r".*\(not overwritten\); the measurements are kept in /\S+\.json"

@@ -292,6 +292,6 @@ def test_an_unusable_stored_value_is_named_and_never_judged(
     result = project.bench()
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     [error] = project.hpml_errors(result)
-    assert f'entries["test_inner.py::test_0"].{metric}: {problem}' in error
+    assert f'entries["test_inner.py::test_0"]["{metric}"]: {problem}' in error
     assert project.verdicts(result)[("test_inner.py::test_0", metric)] == "no-baseline"
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()

@@ -984,8 +984,8 @@ def test_a_count_that_grows_from_zero_renders(
     ("record", "problem"),
     [
         ({"processes": {"not": "a list"}}, "processes and earlier must be lists"),
-        ({"earlier": [{"reference": [0.1]}]}, "a process run is not an object with a list of"),
-        ({"processes": ["run"]}, "a process run is not an object with a list of samples"),
+        ({"earlier": [{"reference": [0.1]}]}, '["earlier"][0]["samples"] is missing'),
+        ({"processes": ["run"]}, 'a process run is not an object: ["processes"][0]'),
     ],
 )
 def test_a_stored_record_of_the_wrong_shape_is_named(record: dict[str, Any], problem: str) -> None:

@@ -209,12 +209,15 @@ def _is_report(path: Path) -> bool:
     return isinstance(data, dict) and data.get("format") == files.REPORT_FORMAT
 
 
-def load_entries(path: Path) -> Entries:
-    """The records of a baseline file or a JSON report, test id -> metric -> record."""
+def load_entries(path: Path, said: list[str]) -> Entries:
+    """The records of a baseline file or a JSON report, test id -> metric -> record; the
+    unusable ones are left out, printed and added to ``said`` (the command then exits 2, as
+    ``list`` does for a bad file)."""
     if _is_report(_existing(path)):
         return {r["test"]: r["metrics"] for r in load_report(path)["results"]}
     data = baselines.load(path)
     for problem in baselines.unusable(data):
+        said.append(problem)
         say(f"pytest-hpml: {path}: {problem}", file=sys.stderr)
     return data["entries"]
 
@@ -244,6 +247,8 @@ def center(record: dict[str, Any]) -> float | None:
 
 def run_list(args: argparse.Namespace) -> int:
     directory: Path = args.dir
+    if directory.exists() and not directory.is_dir():
+        raise BaselineError(f"{directory} is a file, not a directory (see --dir)")
     if not directory.is_dir():
         raise BaselineError(f"no baseline directory {directory} (see --dir)")
     paths = sorted(directory.glob("*.json"))
@@ -283,7 +288,8 @@ def _file_row(path: Path, data: dict[str, Any]) -> dict[str, str]:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    entries = load_entries(args.file)
+    said: list[str] = []
+    entries = load_entries(args.file, said)
     chosen = {t: m for t, m in entries.items() if _matches(t, args.test)}
     if not chosen:
         say(f"no test matches{'' if args.test is None else f' {args.test!r}'} in {args.file}")
@@ -299,7 +305,7 @@ def run_show(args: argparse.Namespace) -> int:
         for name, record in sorted(metrics.items())
     ]
     _print(("test", "metric", "kind", "median/value", "samples", "recorded", "commit"), body)
-    return 0
+    return 2 if said else 0
 
 
 def _name(test: str) -> str:
@@ -331,7 +337,8 @@ def _record_row(test: str, name: str, record: dict[str, Any]) -> dict[str, str]:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    old, new = load_entries(args.old), load_entries(args.new)
+    said: list[str] = []
+    old, new = load_entries(args.old, said), load_entries(args.new, said)
     # Like with like: against a machine file, a report's portable counts are not "added" (they
     # live in the portable file), and against a portable file its times are not either.
     kinds = {path: _holds(path) for path in (args.old, args.new)}
@@ -348,9 +355,9 @@ def run_diff(args: argparse.Namespace) -> int:
             body.append(_diff_row(test, name, before.get(name), after.get(name)))
     if not body:
         say("no entries in either file")
-        return 0
+        return 2 if said else 0
     _print(("test", "metric", "old", "new", "change", "normalized"), body)
-    return 0
+    return 2 if said else 0
 
 
 def _diff_row(

@@ -9,31 +9,61 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
 from ..storage import reader, writer
 from ..verdict import baselines, stats
-from .text import COLUMNS, citations, counts, differs, legend, rows, sides, visible
+from .text import (
+    COLUMNS,
+    HTML_TITLE,
+    MARKDOWN_HEADING,
+    citations,
+    counts,
+    differs,
+    legend,
+    rows,
+    sides,
+    visible,
+)
 
 REPORT_FORMAT = "pytest-hpml-report/1"
 MARKDOWN_COLUMNS = (*COLUMNS, "reason")
 
 
-# The outputs of a run: option dest -> what it is, and a text that the file it replaces holds
-# (a file that lacks it is not a report of ours, and is not replaced: Note [Files]).
-OUTPUTS = {
-    "report": ("JSON report", f'"{REPORT_FORMAT}"'),
-    "report_md": ("Markdown summary", "pytest-hpml benchmarks"),
-    "report_html": ("HTML report", "pytest-hpml benchmarks"),
+def _is_report(path: Path) -> bool:
+    try:
+        document = reader.read_json(path, "file")
+    except (OSError, reader.Unreadable):
+        return False
+    return isinstance(document, dict) and document.get("format") == REPORT_FORMAT
+
+
+def _head(path: Path, size: int = 4096) -> str:
+    """The first ``size`` characters of the file ``path`` ("" if it cannot be read)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(size)
+    except OSError:
+        return ""
+
+
+# The outputs of a run: option dest -> what it is, and whether a file is one (a file that is
+# not is never replaced: Note [Files]). The Markdown begins with its heading, the HTML has its
+# title in its head: a README that merely names pytest-hpml is neither.
+OUTPUTS: dict[str, tuple[str, Callable[[Path], bool]]] = {
+    "report": ("JSON report", _is_report),
+    "report_md": ("Markdown summary", lambda p: _head(p).startswith(MARKDOWN_HEADING)),
+    "report_html": ("HTML report", lambda p: HTML_TITLE in _head(p)),
 }
 
 
-def check_paths(chosen: Any, recording: bool, root: Path) -> None:
-    """Stop before any test runs if a report or (when recording) the baseline directory cannot
-    be written, or a report would replace a baseline file, another report of the run or a file
-    that is not a report: found at the end, the measurements of the whole run would be lost."""
+def check_paths(chosen: Any, baseline_mode: str, root: Path) -> None:
+    """Stop before any test runs if a report or the baseline directory cannot be used (read,
+    or when recording written), or a report would replace a baseline file, another report of
+    the run or a file that is not a report: found at the end, the measurements of the whole run
+    would be lost."""
     directory = Path(root, chosen.baseline_dir)
     taken: dict[str, str] = {}  # a resolved output path -> the option that names it
     for dest in OUTPUTS:
@@ -49,13 +79,22 @@ def check_paths(chosen: Any, recording: bool, root: Path) -> None:
         )
         if problem:
             raise pytest.UsageError(f"{_where(chosen, dest)}: {given} {problem}")
-    if recording:
-        where = _where(chosen, "baseline_dir")
-        if directory.exists() and not directory.is_dir():
-            raise pytest.UsageError(f"{where}: {chosen.baseline_dir} is a file, not a directory")
-        problem = writer.outside(directory, root) or writer.creatable(directory)
+    if baseline_mode != "off":
+        problem = _directory_problem(directory, root, baseline_mode in ("update", "append"))
         if problem:
+            where = _where(chosen, "baseline_dir")
             raise pytest.UsageError(f"{where}: {chosen.baseline_dir} {problem}")
+
+
+def _directory_problem(directory: Path, root: Path, recording: bool) -> str | None:
+    """Why the baseline directory cannot be read (or, ``recording``, written), or None."""
+    if writer.looping(directory):
+        return "is a symbolic link loop"
+    if directory.exists() and not directory.is_dir():
+        return "is a file, not a directory"
+    if recording:
+        return writer.outside(directory, root) or writer.creatable(directory)
+    return None
 
 
 def _where(chosen: Any, dest: str) -> str:
@@ -73,8 +112,8 @@ def output_problem(
         return problem
     if baselines.is_baseline(path) or _in_baselines(path, baseline_dir):
         return "is a baseline file; a report never replaces one: name another file"
-    what, mark = OUTPUTS[dest]
-    if path.is_file() and path.stat().st_size and mark not in _head(path):
+    what, ours = OUTPUTS[dest]
+    if path.is_file() and path.stat().st_size and not ours(path):
         return f"exists and is not a pytest-hpml {what}; remove it or name another file"
     return None
 
@@ -86,17 +125,6 @@ def _in_baselines(path: Path, directory: Path | None) -> bool:
     ):
         return False
     return re.fullmatch(r"(machine|portable|instructions)-.*\.json", path.name) is not None
-
-
-def _head(path: Path) -> str:
-    """The start of a file, where each report says what it is (the JSON report: anywhere)."""
-    try:
-        if path.suffix == ".json":
-            return reader.read_text(path, "file")
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read(4096)
-    except (OSError, reader.Unreadable):
-        return ""
 
 
 def _step_summary(path: Path) -> bool:
@@ -217,7 +245,7 @@ def _answer(document: dict[str, Any]) -> list[str]:
     fingerprint = document["fingerprint"]
     verdicts = ", ".join(f"{n:,} {md(v)}" for v, n in found.items()) or "no metrics"
     return [
-        f"### pytest-hpml benchmarks: {_verdict(document, found, len(errors))}",
+        f"{MARKDOWN_HEADING}{_verdict(document, found, len(errors))}",
         "",
         f"{_judged(document)}.",
         "",

@@ -107,10 +107,10 @@ def render(document: dict[str, Any], baselines: Baselines | None = None) -> str:
         _changes(figure_class, results),
         _samples(figure_class, results, baselines or {}, bool(document.get("against"))),
     ]
-    title = f"pytest-hpml benchmarks: {reports.headline(reports.counts(results))}"
+    title = escape(reports.headline(reports.counts(results)))
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{escape(title)}</title><style>{STYLE}</style></head>\n<body>\n"
+        f"{reports.HTML_TITLE}{title}</title><style>{STYLE}</style></head>\n<body>\n"
         + "\n".join(s for s in sections if s)
         + "\n</body></html>\n"
     )

@@ -95,6 +95,12 @@ def rows(results: list[dict[str, Any]]) -> list[dict[str, str]]:
 # "change" is what is judged (time in units of the reference workload where that steadies the
 # benchmark, else raw: then both columns show the same); "raw change" is the plain ratio of the
 # medians. The terminal table adds the reason of a verdict that has one.
+# How each report begins (the Markdown's first line, the HTML's title): what tells a file
+# written by pytest-hpml from a file it must not replace (Note [Files]).
+TITLE = "pytest-hpml benchmarks: "
+MARKDOWN_HEADING = f"### {TITLE}"
+HTML_TITLE = f"<title>{TITLE}"
+
 COLUMNS = ("test", "metric", "baseline", "current", "raw change", "change", "confidence", "verdict")
 
 

@@ -88,13 +88,8 @@ def _deeper_than(document: Any, limit: int) -> bool:
 
 
 def at(*keys: Any) -> str:
-    """The path of a field in a document, as a reader of it writes it: ``entries["t"].time``."""
-    out = ""
-    for key in keys:
-        if isinstance(key, int):
-            out += f"[{key}]"
-        elif isinstance(key, str) and key.isidentifier():
-            out += f".{key}" if out else key
-        else:
-            out += f"[{json.dumps(key, ensure_ascii=True)}]"
-    return out
+    """The path of a field in a document, every key after the first in brackets, as Python and
+    jq write it: ``entries["t::x"]["time"]["samples"][3]`` (a test id or metric name may hold
+    dots and spaces: brackets keep the path unambiguous)."""
+    first, *rest = keys
+    return str(first) + "".join(f"[{json.dumps(k, ensure_ascii=True)}]" for k in rest)

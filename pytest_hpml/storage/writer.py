@@ -46,6 +46,8 @@ def problem(path: Path, root: Path | None = None) -> str | None:
     of which no link inside it is followed."""
     if is_stream(path):
         return None
+    if looping(path) or looping(path.parent):
+        return "leads into a symbolic link loop"
     if path.is_dir():
         return "is a directory; name a file in it"
     if path.exists() and not path.is_file():
@@ -83,10 +85,21 @@ def _read_only(path: Path) -> str | None:
     return None
 
 
+def looping(path: Path) -> bool:
+    """Whether ``path`` leads into a loop of symbolic links (it neither exists nor can be made)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
+
+
 def creatable(directory: Path) -> str | None:
     """Why ``directory`` cannot be made or written, or None."""
     existing = directory
     while not existing.exists():
+        if looping(existing):
+            return f"cannot be created: {existing} is a symbolic link loop"
         existing = existing.parent
     if not existing.is_dir():
         return f"cannot be created: {existing} is a file"

@@ -53,6 +53,8 @@ def instructions_path(directory: Path, counted_on: str) -> Path:
 
 def load(path: Path) -> dict[str, Any]:
     """Read a baseline file; a missing one is empty, a broken one a :class:`BaselineError`."""
+    if path.parent.exists() and not path.parent.is_dir():
+        raise BaselineError(f"the baseline directory {path.parent} is a file, not a directory")
     try:
         data = reader.read_json(path, "baseline file")
     except FileNotFoundError:
@@ -122,30 +124,54 @@ def record_problem(record: dict[str, Any], stored: bool = False) -> str | None:
     return None
 
 
+# The fields of a sampled record besides its samples, and what each must be if present.
+_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "unit": ("text", lambda v: isinstance(v, str)),
+    "iterations": ("a whole number >= 1", lambda v: _whole(v) and v >= 1),
+    "warmup_calls": ("a whole number >= 0", lambda v: _whole(v) and v >= 0),
+    "budget": ("a positive number or null", lambda v: v is None or number(v, True)),
+    "load": ("a number >= 0 or null", lambda v: v is None or (number(v) and v >= 0)),
+    "first_call": ("a positive number or null", lambda v: v is None or number(v, True)),
+}
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _run_problem(where: tuple[Any, ...], run: Any) -> str | None:
     """What is wrong with one process run of a sampled record (``where`` in it), or None."""
-    if not isinstance(run, dict) or not isinstance(run.get("samples"), list):
-        return (
-            f"a process run is not an object with a list of samples: {at(*where) or 'the record'}"
-        )
+    if not isinstance(run, dict):
+        return f"a process run is not an object: {at('', *where) or 'the record'}"
+    if not isinstance(run.get("samples"), list):
+        found = "missing" if "samples" not in run else f"a {type(run['samples']).__name__}"
+        field = at("", *where, "samples")
+        return f"samples must be a list of positive finite numbers: {field} is {found}"
     for key in ("samples", "reference"):
         values = run.get(key, [])
         if not isinstance(values, list):
             return (
-                f"{key} must be a list of positive finite numbers: {at(*where, key)} is not a list"
+                f"{key} must be a list of positive finite numbers: {at('', *where, key)} is a "
+                f"{type(values).__name__}"
             )
         for i, value in enumerate(values):
             if not number(value, True):
                 return (
                     f"{key} must be a list of positive finite numbers: "
-                    f"{at(*where, key, i)} is {value!r}"
+                    f"{at('', *where, key, i)} is {value!r}"
                 )
+    for key, (what, ok) in _FIELDS.items():
+        if key in run and not ok(run[key]):
+            return f"{at('', *where, key)} is {run[key]!r}, not {what}"
     return None
 
 
 def unusable(data: dict[str, Any]) -> list[str]:
     """Drop the unusable records of loaded baselines (``data["entries"]``); say which, and why."""
     said = []
+    if "" in data["entries"]:
+        del data["entries"][""]
+        said.append('entries[""]: an entry without a test id; not used')
     for test, metrics in data["entries"].items():
         for name in list(metrics):
             problem = record_problem(metrics[name], stored=True)
