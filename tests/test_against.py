@@ -180,11 +180,28 @@ def test_a_branch_name_is_a_revision(repo: Project) -> None:
             ["--hpml-against=HEAD", "--hpml-against-python=/no/such/python"],
             "*--hpml-against-python=/no/such/python: no such interpreter*",
         ),
+        # paths each side would put first on sys.path: once ignored without a word
+        (
+            ["--hpml-against=HEAD", "--hpml-against-paths=src,nonexistent"],
+            "ERROR: --hpml-against-paths=src,nonexistent: nonexistent is no directory of the "
+            "rootdir *; name directories of the rootdir, relative to it (such as src)",
+        ),
+        (
+            ["--hpml-against=HEAD", f"--hpml-against-paths={sys.prefix}"],
+            f"ERROR: --hpml-against-paths={sys.prefix}: {sys.prefix} lies outside the rootdir *, "
+            "the same for both sides; *",
+        ),
+        (
+            ["--hpml-against=HEAD", "--hpml-against-paths=src/../.."],
+            "*: src/../.. lies outside the rootdir *",
+        ),
     ],
+    ids=["revision", "baseline", "python", "paths-missing", "paths-absolute", "paths-above"],
 )
 def test_a_bad_revision_or_setting_is_a_usage_error(
     repo: Project, args: list[str], message: str
 ) -> None:
+    (repo.path / "src").mkdir()
     before = left_in(Path(tempfile.gettempdir()))
     result = repo.run(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -192,6 +209,25 @@ def test_a_bad_revision_or_setting_is_a_usage_error(
     assert "Traceback" not in result.stderr.str()
     assert worktrees(repo.path) == [str(repo.path)]
     assert left_in(Path(tempfile.gettempdir())) == before
+
+
+@pytest.mark.parametrize(
+    ("source", "named"),
+    [("env", "HPML_AGAINST_PYTHON="), ("ini", "ini hpml_against_python = ")],
+)
+def test_the_base_interpreter_is_named_by_the_source_that_gave_it(
+    repo: Project, source: str, named: str
+) -> None:
+    """HPML_AGAINST_PYTHON="python3 -S" was said to be --hpml-against-python's; a command line
+    where one program is named is said to be one."""
+    python = f"{Path(sys.executable).name} -S"
+    result = repo.run("--hpml-against=HEAD", *repo.configure(source, against_python=python))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert repo.error_lines(result) == [
+        f"ERROR: {named}{python}: no such interpreter; name the interpreter alone "
+        f"({Path(sys.executable).name}), without arguments"
+    ]
+    assert worktrees(repo.path) == [str(repo.path)]
 
 
 def test_outside_a_git_repository_is_a_usage_error(project: Project) -> None:

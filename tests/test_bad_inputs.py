@@ -193,6 +193,79 @@ OPTIONS: list[Case] = [
         USAGE,
         env={"HPML_MACHINE": "box\x1b]0;x\x07"},
     ),
+    # numbers: bounded before int() reads them, in ASCII digits, shown cut short
+    Case(
+        "device-index-of-more-digits-than-int-reads",
+        (),
+        r"ERROR: HPML_DEVICE=cuda:9{55}\.\.\. \(1005 characters\): device 'cuda:9{55}'\.\.\. "
+        r"\(1005 characters\): torch numbers devices from 0 to 127",
+        USAGE,
+        env={"HPML_DEVICE": "cuda:" + "9" * 1000, "PYTHONINTMAXSTRDIGITS": "640"},
+    ),
+    Case(
+        "seed-of-more-digits-than-int-reads",
+        ("--hpml-seed=" + "1" * 700,),
+        r"(?m)argument --hpml-seed: seed must be in \[0, 2\*\*32\), got 1{60}\.\.\. "
+        r"\(700 characters\)$",
+        USAGE,
+        env={"PYTHONINTMAXSTRDIGITS": "640"},
+    ),
+    Case(
+        "digit-of-another-script",
+        ("--hpml-workers=\u0663",),
+        r"argument --hpml-workers: unknown worker count '\u0663'; .*; '\u0663' is ARABIC-INDIC "
+        r"DIGIT THREE, not ASCII",
+        USAGE,
+    ),
+    Case(
+        "fullwidth-seed",
+        (),
+        r"ERROR: HPML_SEED=\uff11\uff12: seed must be an integer, got '\uff11\uff12'; '\uff11' is "
+        r"FULLWIDTH DIGIT ONE, not ASCII",
+        USAGE,
+        env={"HPML_SEED": "\uff11\uff12"},
+    ),
+    Case(
+        "backend-with-an-empty-mode",
+        ("--hpml-backend=inductor:",),
+        r"argument --hpml-backend: invalid backend 'inductor:': only inductor takes a mode",
+        USAGE,
+    ),
+    # a value that would be ignored: a typo of a variable, a TOML list
+    Case(
+        "variable-that-is-no-option",
+        (),
+        r"PytestConfigWarning: HPML_TRESHOLD is no option of pytest-hpml and is ignored; did you "
+        r"mean HPML_THRESHOLD\?",
+        0,
+        files={"test_plain.py": "def test_plain():\n    pass\n"},
+        env={"HPML_TRESHOLD": "0.5"},
+    ),
+    Case(
+        "toml-list",
+        (),
+        r"ERROR: ini hpml_precision = \['fp32', 'bf16'\] \(\S+pyproject.toml\): a TOML list, where "
+        r'pytest-hpml reads a string; write hpml_precision = "fp32,bf16"',
+        USAGE,
+        files={"pyproject.toml": '[tool.pytest.ini_options]\nhpml_precision = ["fp32","bf16"]\n'},
+    ),
+    # paths each side of --hpml-against would put first on sys.path
+    Case(
+        "against-paths-that-do-not-exist",
+        ("--hpml-against=HEAD", "--hpml-against-paths=nonexistent"),
+        r"ERROR: --hpml-against-paths=nonexistent: nonexistent is no directory of the rootdir "
+        r"\S+; name directories of the rootdir, relative to it",
+        USAGE,
+        files={"test_count.py": COUNT},
+    ),
+    Case(
+        "against-paths-outside-the-rootdir",
+        ("--hpml-against=HEAD", "--hpml-against-paths=/usr"),
+        r"ERROR: --hpml-against-paths=/usr: /usr lies outside the rootdir \S+, the same for both "
+        r"sides",
+        USAGE,
+        files={"test_count.py": COUNT},
+    ),
 ]
 
 # --- marker and fixture arguments (indirect parametrization included) -------------------------
@@ -221,7 +294,7 @@ ARGUMENTS: list[Case] = [
         "tolerance-of-a-count-the-benchmark-does-not-record",
         ("--hpml-benchmarks", "--hpml-bench-time=0.2"),
         r"hpml: ERROR test_bench.py::test_sum: hpml_bench\(tolerance=\.\.\.\) names "
-        r"no_such_counter, which this benchmark does not count; it counts instructions",
+        r"'no_such_counter', which this benchmark does not count; it counts 'instructions'",
         FAILED,
         files={
             "test_bench.py": "import pytest\n\n\n"
@@ -256,6 +329,92 @@ ARGUMENTS: list[Case] = [
         r"(?s)\A(?!.*pytest_hpml/bench/).*>   fail = lambda: 1 / 0\n.*ZeroDivisionError",
         FAILED,
         files={"test_fails.py": FAILING},
+    ),
+]
+
+
+# --- the benchmark's own calls: record, expect, expect_change ---------------------------------
+def calling(*lines: str) -> dict[str, str]:
+    """An inner test file whose one test makes these calls of its benchmark (needs no torch)."""
+    return {"test_calls.py": "def test_calls(benchmark):\n" + "".join(f"    {c}\n" for c in lines)}
+
+
+CALLS: list[Case] = [
+    Case(
+        "record-a-name-that-is-no-str",  # was an INTERNALERROR in the verdict's counter names
+        ("--hpml-benchmarks",),
+        r"TypeError: record\(name=None\): give a metric's name: a non-empty str without control "
+        r"characters or blanks around it",
+        FAILED,
+        files=calling("benchmark.record(None, 1)"),
+    ),
+    Case(
+        "record-a-name-with-control-characters",  # refused, and shown escaped
+        ("--hpml-benchmarks",),
+        r"(?s)\A(?!.*[\x1b\x07]).*ValueError: record\(name='n\\x1b\]0;x\\x07'\): it contains "
+        r"the control character '\\x1b'; give a metric's name",
+        FAILED,
+        files=calling("benchmark.record('n\\x1b]0;x\\x07', 1)"),
+    ),
+    Case(
+        "record-a-value-that-is-no-number",  # was a traceback from the terminal summary
+        ("--hpml-benchmarks",),
+        r"TypeError: record\(value='abc'\): give a finite int or float \(not a bool\)",
+        FAILED,
+        files=calling("benchmark.record('n', 'abc')"),
+    ),
+    Case(
+        "record-nan-is-not-recorded",  # was NaN written into the baseline, rejected when read
+        ("--hpml-baseline=update",),
+        r"ValueError: record\(value=nan\): give a finite int or float",
+        FAILED,
+        files=calling("benchmark.record('n', float('nan'))"),
+    ),
+    Case(
+        "record-a-metric-the-benchmark-measures",  # replaced the measured time unsaid
+        ("--hpml-benchmarks", "--hpml-bench-time=0.2"),
+        r"ValueError: record\(name='time'\): benchmark\(\.\.\.\) gave 'time' already; a "
+        r"metric has one value: give this one another name",
+        FAILED,
+        files=calling("benchmark(sum, range(100))", "benchmark.record('time', 1)"),
+    ),
+    Case(
+        "expect-change-an-amount-beyond-a-float",  # was an INTERNALERROR where it was applied
+        ("--hpml-benchmarks",),
+        r"TypeError: expect_change\(time='\+9{58}\.\.\. \(404 characters\)\): give how much "
+        r"it may grow, as '\+15%' \(relative\) or '\+2' \(per call\), a finite number",
+        FAILED,
+        files=calling("benchmark.expect_change('r', time='+' + '9' * 400 + '%')"),
+    ),
+    Case(
+        "expect-change-twice-for-a-metric",  # the second replaced the first unsaid
+        ("--hpml-benchmarks",),
+        r"ValueError: expect_change\(time='\+50%'\): an earlier expect_change accepts \+5% "
+        r"for 'time' \('r'\); accept one amount per metric",
+        FAILED,
+        files=calling(
+            "benchmark.expect_change('r', time='+5%')",
+            "benchmark.expect_change('r2', time='+50%')",
+        ),
+    ),
+    Case(
+        "expect-a-bound-that-is-no-number",  # was a TypeError deep in the work counters
+        ("--hpml-benchmarks",),
+        r"TypeError: expect\(ops='zero'\): give the most one call may ask for: a finite "
+        r"number >= 0",
+        FAILED,
+        files=calling("benchmark.expect(ops='zero')"),
+    ),
+    Case(
+        "tolerance-of-an-empty-name-is-quoted",  # said "names , which this benchmark ..."
+        ("--hpml-benchmarks", "--hpml-bench-time=0.2"),
+        r"hpml: ERROR test_bench.py::test_sum: hpml_bench\(tolerance=\.\.\.\) names '', which "
+        r"this benchmark does not count; it counts 'instructions'",
+        FAILED,
+        files={
+            "test_bench.py": "import pytest\n\n\n"
+            '@pytest.mark.hpml_bench(tolerance={"": 0.1})\n' + BENCH.lstrip()
+        },
     ),
 ]
 
@@ -606,6 +765,55 @@ ENVIRONMENT: list[Case] = [
             )
         ]
     ),
+    # rank variables that are no numbers: once an INTERNALERROR, or silently no launch
+    Case(
+        "world-size-of-more-digits-than-int-reads",
+        (),
+        r"(?m)^ERROR: hpml: WORLD_SIZE='9{60}'\.\.\. \(5000 characters\) is no number from 0 to "
+        r"2147483647 in ASCII digits\. Unset RANK, WORLD_SIZE, LOCAL_RANK",
+        USAGE,
+        env={
+            "RANK": "0",
+            "WORLD_SIZE": "9" * 5000,
+            "LOCAL_RANK": "0",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "29514",
+        },
+    ),
+    Case(
+        "rank-with-spaces",
+        (),
+        r"(?m)^ERROR: hpml: RANK=' 0 ' is no number from 0 to 2147483647 in ASCII digits",
+        USAGE,
+        env={
+            "RANK": " 0 ",
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": "0",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "29514",
+        },
+    ),
+    Case(
+        "mpirun-size-that-is-no-number",
+        (),
+        r"(?m)^ERROR: hpml: OMPI_COMM_WORLD_SIZE='x' is no number .*Unset OMPI_COMM_WORLD_RANK, "
+        r"OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK",
+        USAGE,
+        env={
+            "OMPI_COMM_WORLD_RANK": "0",
+            "OMPI_COMM_WORLD_SIZE": "x",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+        },
+    ),
+    # blank is unset (Note [Blank values]); pytest-hpml clears it so for its own ranks
+    Case(
+        "blank-internal-rerun-variable",
+        (),
+        r"1 passed",
+        0,
+        files={"test_plain.py": "def test_plain():\n    pass\n"},
+        env={"HPML_INTERNAL_RERUN": "  "},
+    ),
 ]
 
 # --- what reaches a terminal, a Markdown or an HTML page ---------------------------------------
@@ -660,9 +868,10 @@ OTHER_MACHINE = json.dumps(
     }
 )
 # An inner test recording a count whose name carries the controls (its source stays ASCII).
-CRAFTED_COUNT = f"""
+# (a control character in a name is refused at record(): CALLS)
+CRAFTED_COUNT = """
 def test_count(benchmark):
-    benchmark.record({"n" + CRAFTED!r}, 1, portable=True)
+    benchmark.record("n\\u202e", 1, portable=True)
 """
 SHOWN: list[Case] = [
     Case(
@@ -725,13 +934,13 @@ SHOWN: list[Case] = [
     Case(
         "terminal-table-of-a-crafted-metric-name",
         ("--hpml-benchmarks",),
-        rf"{NO_RAW}\ntest_crafted\.py::test_count +n{CRAFTED_SHOWN} +- +1 +- ",
+        rf"{NO_RAW}\ntest_crafted\.py::test_count +n\\u202e +- +1 +- ",
         0,
         files={"test_crafted.py": CRAFTED_COUNT},
     ),
 ]
 
-CASES = [*OPTIONS, *ARGUMENTS, *READ, *WRITTEN, *ENVIRONMENT, *SHOWN]
+CASES = [*OPTIONS, *ARGUMENTS, *CALLS, *READ, *WRITTEN, *ENVIRONMENT, *SHOWN]
 
 
 def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
-from pytest_hpml.config.role import Launch, launch_from, launch_problem
+from pytest_hpml.config.role import MAX_RANK, BadLaunch, Launch, launch_from, launch_problem
 from tests.test_processes import hpml_files, start_pytest, still_running, wait_for_pid
 
 if TYPE_CHECKING:
@@ -481,9 +481,12 @@ def test_everywhere(record):
         ({"SLURM_PROCID": "2", "SLURM_NTASKS": "8", "SLURM_LOCALID": "2"}, Launch(2, 8, 2, "srun")),
         ({"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0"}, None),
         ({"RANK": "0"}, None),
+        ({"RANK": "", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, None),  # an empty one is unset
         ({}, None),
+        # Kubeflow's PyTorchJob sets no LOCAL_RANK: one rank per machine (pod), local rank 0
+        ({"RANK": "3", "WORLD_SIZE": "4"}, Launch(3, 4, 0, "torchrun", local_given=False)),
     ],
-    ids=["torchrun", "mpirun", "srun", "srun-one-task", "partial", "none"],
+    ids=["torchrun", "mpirun", "srun", "srun-one-task", "partial", "empty", "none", "kubeflow"],
 )
 def test_launchers_are_recognized_from_their_environment(
     environ: dict[str, str], expected: Launch | None
@@ -493,6 +496,31 @@ def test_launchers_are_recognized_from_their_environment(
 
 TORCHRUN = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}
 RENDEZVOUS = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+OMPI = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}
+
+
+@pytest.mark.parametrize(
+    ("environ", "said"),
+    [
+        ({**TORCHRUN, "RANK": "-1"}, "RANK='-1' is no number from 0 to"),
+        ({**TORCHRUN, "RANK": "zero"}, "RANK='zero' is no number"),
+        ({**TORCHRUN, "RANK": " 0 "}, "RANK=' 0 ' is no number"),  # int() would take it
+        ({**TORCHRUN, "LOCAL_RANK": "\u0661"}, "LOCAL_RANK='\u0661' is no number"),
+        # more digits than int() reads (4300): once an INTERNALERROR
+        ({**TORCHRUN, "WORLD_SIZE": "9" * 5000}, f"WORLD_SIZE='{'9' * 60}'... (5000 characters)"),
+        ({**TORCHRUN, "WORLD_SIZE": str(MAX_RANK + 1)}, f"is no number from 0 to {MAX_RANK} "),
+        ({**OMPI, "OMPI_COMM_WORLD_SIZE": "x"}, "OMPI_COMM_WORLD_SIZE='x' is no number"),
+    ],
+    ids=["negative", "word", "spaces", "arabic-digit", "digits", "beyond-int", "mpirun-size"],
+)
+def test_a_rank_variable_that_is_no_number_is_named(environ: dict[str, str], said: str) -> None:
+    """Such a variable once made the run no launch without a word, and its rank fixture failed
+    with "needs @pytest.mark.distributed"."""
+    with pytest.raises(BadLaunch) as refused:
+        launch_from({**environ, **RENDEZVOUS})
+    assert said in refused.value.why
+    assert "in ASCII digits" in refused.value.why
+    assert len(refused.value.why) < 200
 
 
 @pytest.mark.parametrize(
@@ -507,6 +535,15 @@ RENDEZVOUS = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
         ),
         ({**TORCHRUN, "MASTER_ADDR": "h"}, "are set, but MASTER_PORT not"),
         ({**TORCHRUN, **RENDEZVOUS, "MASTER_PORT": "0"}, "MASTER_PORT is no port number"),
+        (
+            {**TORCHRUN, **RENDEZVOUS, "MASTER_PORT": "9" * 5000},
+            f"MASTER_PORT='{'9' * 60}'... (5000 characters): MASTER_PORT is no port number",
+        ),
+        (
+            {"RANK": "0", "WORLD_SIZE": "2"},
+            "RANK=0 WORLD_SIZE=2 are set, but MASTER_ADDR and MASTER_PORT not",
+        ),
+        ({"RANK": "1", "WORLD_SIZE": "2", **RENDEZVOUS}, None),  # Kubeflow's PyTorchJob
         ({**TORCHRUN, **RENDEZVOUS, "RANK": "2"}, "RANK and LOCAL_RANK must be below WORLD_SIZE"),
         (
             {"SLURM_PROCID": "4", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0"},
@@ -523,6 +560,9 @@ RENDEZVOUS = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
         "no-rendezvous",
         "no-port",
         "port-zero",
+        "port-of-many-digits",
+        "no-local-rank-no-rendezvous",
+        "no-local-rank",
         "rank-beyond",
         "srun-rank-beyond",
         "srun",
@@ -587,6 +627,51 @@ def test_a_launch_whose_other_ranks_never_come_says_so_and_ends_at_the_timeout(
         ]
     )
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_rendezvous_that_fails_says_torchs_first_line_only(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch logs each failed try to reach the store with its exception's C++ backtrace: some
+    40 lines of frames came before the one line that says what failed."""
+    _project(project, "def test_x():\n    pass\n")
+    for name, value in {**TORCHRUN, "MASTER_ADDR": "no.such.host.invalid"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    result = project.run_subprocess("--hpml-dist-timeout=1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.errlines == [
+        line for line in result.errlines if line.startswith("ERROR: hpml: ") or not line
+    ], result.stderr.str()
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: hpml: torchrun rank 0 of 2 could not join the process group at "
+            "no.such.host.invalid:* (gloo) within 1 s: *"
+        ]
+    )
+    assert "frame #" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_launch_without_a_local_rank_is_one_rank_a_machine_and_says_so(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kubeflow's PyTorchJob sets RANK, WORLD_SIZE and MASTER_* but no LOCAL_RANK: such a
+    launch ran its tests as no launch, and the rank fixture asked for a distributed mark."""
+    _project(project, "def test_rank(rank, world_size, record):\n    record(rank=rank)\n")
+    environ = {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+    for name, value in {**environ, "MASTER_PORT": str(_free_port())}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    result = project.run_subprocess()
+    result.assert_outcomes(passed=1)
+    assert [r["rank"] for r in project.records()] == [0]
+    result.stdout.fnmatch_lines(
+        [
+            "*PytestConfigWarning: hpml: LOCAL_RANK is not set: local rank 0, one rank per "
+            "machine (as Kubeflow's PyTorchJob starts them); set LOCAL_RANK where a machine "
+            "runs several ranks"
+        ]
+    )
 
 
 def _unbuilt_backend() -> str:

@@ -50,9 +50,9 @@ def test_the_generated_markers_table_lists_every_registered_marker() -> None:
         assert f"`{name}" in table or f"@pytest.mark.{name}" in table, name
 
 
-# Names the pages may mention that are not options: the variables pytest-hpml sets for the
-# processes it starts (ranks, reruns), named where the docs explain them.
-NOT_OPTIONS = {"HPML_RERUN"} | {  # the rerun channel's former name, which a note tells of
+# Names the pages may mention that are not options: the rerun channel's former name and a
+# typo, which notes tell of; and the variables pytest-hpml sets for its own processes.
+NOT_OPTIONS = {"HPML_RERUN", "HPML_TRESHOLD"} | {
     name
     for path in (ROOT / "pytest_hpml").rglob("*.py")
     for name in re.findall(r'"(HPML_[A-Z_]+)"', path.read_text(encoding="utf-8"))

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
-from pytest_hpml.config.options import MAX_RANKS, MAX_THREADS, shown
+from pytest_hpml.config.options import MAX_DEVICE_INDEX, MAX_RANKS, MAX_THREADS, shown
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -57,6 +57,15 @@ BAD_VALUES = [
     # text that only looks right: fullwidth letters, a digit torch does not read
     ("device", "\uff43\uff50\uff55", "unknown device '\uff43\uff50\uff55'; choose from auto"),
     ("device", "cuda:\u0661", "unknown device 'cuda:\u0661'; choose from auto"),
+    # numbers in ASCII digits only, as the device index: int() reads any script's digits
+    ("workers", "\u0663", "'\u0663' is ARABIC-INDIC DIGIT THREE, not ASCII"),
+    ("seed", "\uff11\uff12", "seed must be an integer, got '\uff11\uff12'; '\uff11' is FULLWIDTH"),
+    ("threshold", "0.\uff15", "got '0.\uff15'; '\uff15' is FULLWIDTH DIGIT FIVE, not ASCII"),
+    # an index torch would wrap around to another device (cuda:256 is cuda:0)
+    ("device", "cuda:256", f"torch numbers devices from 0 to {MAX_DEVICE_INDEX}"),
+    # a mode left empty is no backend of its own
+    ("backend", "inductor:", "invalid backend 'inductor:': only inductor takes a mode, one of"),
+    ("seed", "-1", "seed must be in [0, 2**32), got -1"),
     # what no setting holds: a control character, a pasted file
     ("machine", "a\x1bb", "the value contains the control character '\\x1b'; remove it"),
     ("report", "x" * 5000, "a value of 5000 characters; at most 4096"),

@@ -309,12 +309,12 @@ def test_a_tolerance_for_a_count_the_benchmark_does_not_record_is_refused(
     errors = project.hpml_errors(result)
     assert len(errors) == 2, errors
     assert errors[0] == (
-        "hpml: ERROR test_inner.py::test_pure: hpml_bench(tolerance=...) names no_such_counter, "
-        "time, which this benchmark does not count; it counts instructions"
+        "hpml: ERROR test_inner.py::test_pure: hpml_bench(tolerance=...) names "
+        "'no_such_counter', 'time', which this benchmark does not count; it counts 'instructions'"
     )
     assert errors[1].startswith(
-        "hpml: ERROR test_inner.py::test_variants: hpml_bench(tolerance=...) names syncs[fast], "
-        "which this benchmark does not count; it counts allocated_bytes, allocations, "
+        "hpml: ERROR test_inner.py::test_variants: hpml_bench(tolerance=...) names 'syncs[fast]', "
+        "which this benchmark does not count; it counts 'allocated_bytes', 'allocations', "
     )
-    assert ", flops[float32], " in errors[1]
-    assert ", ops, " in errors[1]
+    assert ", 'flops[float32]', " in errors[1]
+    assert ", 'ops', " in errors[1]

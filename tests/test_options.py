@@ -6,12 +6,20 @@ import os
 import re
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_hpml.config.options import MAX_THREADS, OPTIONS, Option, shown, values_given
+from pytest_hpml.config.options import (
+    INTERNAL_PREFIXES,
+    MAX_THREADS,
+    OPTIONS,
+    Option,
+    shown,
+    values_given,
+)
 from tests.conftest import count_tests
 
 if TYPE_CHECKING:
@@ -325,3 +333,146 @@ def test_a_bad_peak_is_a_usage_error(project: Project, value: str, message: str)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert f"HPML_PEAK_FLOPS={value}: " in result.stderr.str()
     assert message in result.stderr.str()
+
+
+@pytest.mark.parametrize("source", ["cli", "env", "ini"])
+def test_a_long_value_is_shown_cut_short_from_every_source(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
+    """700 digits once came back in full from the command line, and as "seed must be an
+    integer" where Python's digit limit (PYTHONINTMAXSTRDIGITS=640) made int() refuse them."""
+    for name in [n for n in os.environ if n.startswith("HPML_")]:
+        monkeypatch.delenv(name)
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(640)
+    try:
+        said = {
+            opt.cli: read_from(pytester, monkeypatch, opt, source, "1" * 700)
+            for opt in OPTIONS
+            if not opt.flag
+        }
+    finally:
+        sys.set_int_max_str_digits(limit)
+    assert said["--hpml-seed"] == f"seed must be in [0, 2**32), got {'1' * 60}... (700 characters)"
+    # the messages of the options that refuse it (the others give the value, or a tuple)
+    refused = {cli: text for cli, text in said.items() if text not in ("1" * 700, ("1" * 700,))}
+    assert len(refused) >= 10
+    assert [cli for cli, text in refused.items() if "1" * 61 in str(text)] == []
+
+
+# numeric options, and a value that only looks like a number: another script's digits
+LOOK_ALIKE_NUMBERS = {
+    "workers": "\u0663",  # ARABIC-INDIC DIGIT THREE, which int() reads as 3
+    "seed": "\uff11\uff12",  # FULLWIDTH DIGIT ONE, TWO: 12 to int()
+    "threshold": "\uff10.05",
+    "bench_time": "\uff11",
+    "dist_timeout": "\u0663\u0660",
+    "max_ranks": "\u0663",
+    "threads": "\uff14",
+    "processes": "\u0662",
+    "pairs": "\uff13",
+    "record_processes": "\uff12",
+    "peak_flops": "\uff19\uff18\uff19e12",
+}
+
+
+@pytest.mark.parametrize("option", LOOK_ALIKE_NUMBERS)
+def test_a_number_is_read_in_ascii_digits_only(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, option: str
+) -> None:
+    """int() and float() read the digits of any script: --hpml-workers=\u0663 ran 3 workers
+    and --hpml-seed=\uff11\uff12 seeded 12, while the fullwidth device was refused."""
+    for name in [n for n in os.environ if n.startswith("HPML_")]:
+        monkeypatch.delenv(name)
+    [opt] = [opt for opt in OPTIONS if opt.dest == option]
+    value = LOOK_ALIKE_NUMBERS[option]
+    said = read_from(pytester, monkeypatch, opt, "env", value)
+    odd = next(c for c in value if not c.isascii())
+    assert said.endswith(f"; '{odd}' is {unicodedata.name(odd)}, not ASCII"), said
+
+
+def test_an_hpml_variable_that_is_no_option_is_said_with_the_nearest_one(
+    project: Project,
+) -> None:
+    """HPML_TRESHOLD=0.5 was ignored without a word, where pytest says "Unknown config option"
+    of a typo in the ini file. The variables of pytest-hpml's own processes are no typo."""
+    for name, value in {
+        "HPML_TRESHOLD": "0.5",
+        "HPML_SNAKE": "1",
+        "HPML_devices": "cpu",
+        "HPML_INTERNAL_FUTURE": "x",
+        "HPML_RANK_RESULT": "",
+    }.items():
+        project.monkeypatch.setenv(name, value)
+    project.write_tests("def test_plain():\n    pass\n")
+    result = project.run()
+    result.assert_outcomes(passed=1)
+    assert project.settings(result)["threshold"] == "6%"
+    assert config_warnings(result) == [
+        "HPML_SNAKE is no option of pytest-hpml and is ignored; pytest --help lists the options",
+        "HPML_TRESHOLD is no option of pytest-hpml and is ignored; did you mean HPML_THRESHOLD?",
+        "HPML_devices is no option of pytest-hpml and is ignored; did you mean HPML_DEVICE?",
+    ]
+
+
+def test_every_variable_pytest_hpml_sets_for_its_processes_is_exempt_as_internal() -> None:
+    """A variable pytest-hpml sets for a rank or a rerun that is no option must carry an
+    internal prefix, or every such process would warn of it as a typo."""
+    package = Path(__file__).parent.parent / "pytest_hpml"
+    named = {
+        name
+        for path in package.rglob("*.py")
+        for name in re.findall(r'"(HPML_[A-Z_]+)"', path.read_text(encoding="utf-8"))
+    }
+    options = {opt.env for opt in OPTIONS}
+    assert sorted(n for n in named - options if not n.startswith(INTERNAL_PREFIXES)) == []
+
+
+@pytest.mark.parametrize(
+    ("table", "line", "said"),
+    [
+        (
+            "tool.pytest.ini_options",
+            'hpml_precision = ["fp32", "bf16"]',
+            (
+                "ini hpml_precision = ['fp32', 'bf16'] (",
+                "pyproject.toml): a TOML list, where pytest-hpml reads a string; write "
+                'hpml_precision = "fp32,bf16"',
+            ),
+        ),
+        (
+            "tool.pytest.ini_options",
+            "hpml_workers = [0, 2]",
+            ("ini hpml_workers = [0, 2] (", '; write hpml_workers = "0,2"'),
+        ),
+        (
+            "tool.pytest",  # pytest 9's own table, whose values keep their TOML types
+            "hpml_seed = 12",
+            (
+                "ini hpml_seed = 12 (",
+                "pyproject.toml): a TOML integer, where pytest-hpml reads a string; write "
+                'hpml_seed = "12"',
+            ),
+        ),
+    ],
+    ids=["list", "list-of-numbers", "number-in-pytest-table"],
+)
+def test_a_toml_value_that_is_no_string_says_how_to_write_it(
+    project: Project, table: str, line: str, said: tuple[str, str]
+) -> None:
+    """A TOML list was split as its repr: unknown precision "['fp32'"."""
+    if table == "tool.pytest" and int(pytest.__version__.split(".")[0]) < 9:
+        pytest.skip("pytest 9 reads [tool.pytest]")
+    project.pytester.makepyprojecttoml(f"[{table}]\n{line}\n")
+    result = project.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    [error] = project.error_lines(result)  # the path of the file between the two parts
+    assert error.startswith(f"ERROR: {said[0]}"), error
+    assert error.endswith(said[1]), error
+    assert "Warning" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_toml_number_under_ini_options_is_read_as_its_text(project: Project) -> None:
+    """pytest gives the scalars of [tool.pytest.ini_options] as text: a number there is fine."""
+    project.pytester.makepyprojecttoml("[tool.pytest.ini_options]\nhpml_seed = 12\n")
+    assert project.settings(project.run())["seed"] == "12"

@@ -166,21 +166,72 @@ def test_accepting_one_metric_does_not_excuse_another(step: Project) -> None:
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
+NAME = "give a metric's name: a non-empty str without control characters or blanks around it"
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ("{'syncs': 'one'}", "expect_change(syncs='one'): give how much it may grow, as '+15%'*"),
-        ("{'syncs': True}", "expect_change(syncs=True): give how much it may grow*"),
-        ("{}", "expect_change() names no metric*"),
+        ("{'syncs': 'one'}", "TypeError: expect_change(syncs='one'): give how much it may grow*"),
+        ("{'syncs': True}", "TypeError: expect_change(syncs=True): give how much it may grow*"),
+        ("{}", "TypeError: expect_change() names no metric*"),
+        # a float's overflow: '+inf%' was accepted, then an INTERNALERROR where it was applied
+        (
+            repr({"time": "+" + "9" * 400 + "%"}),
+            "TypeError: expect_change(time='+999*... (404 characters)): give how much it may "
+            "grow, as '+15%' (relative) or '+2' (per call), a finite number",
+        ),
+        ("{'flops_': '+1'}", "ValueError: expect_change(flops_='+1'): flops_ names no dtype*"),
+        ("{'': '+1'}", f"ValueError: expect_change(**{{'': '+1'}}): {NAME}"),
+        ("{' ops': '+1'}", f"ValueError: expect_change(**{{' ops': '+1'}}): {NAME}"),
     ],
 )
 def test_a_bad_expect_change_fails_the_test(project: Project, changes: str, message: str) -> None:
     project.pytester.makepyfile(step=STEP, test_inner=TEST)
     project.monkeypatch.setenv("ACCEPT", changes)
     project.monkeypatch.setenv("ACCEPT_REASON", "why")
-    result = project.bench("--hpml-baseline=off")
+    result = project.bench("--hpml-baseline=off", "--tb=short")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([f"*TypeError: {message}"])
+    result.stdout.fnmatch_lines([f"E   {message}"])
+    assert "pytest_hpml/" not in result.stdout.str()
+
+
+def test_a_second_amount_for_a_metric_is_refused_naming_the_first(project: Project) -> None:
+    """The second replaced the first unsaid; so did two spellings of one metric in a call."""
+    project.pytester.makepyfile(
+        test_inner="""
+def test_twice(benchmark):
+    benchmark.expect_change("exact GELU", time="+5%")
+    benchmark.expect_change("a larger batch", time="+50%")
+
+
+def test_two_spellings(benchmark):
+    benchmark.expect_change("bf16 matmuls", flops_bfloat16="+1", **{"flops[bfloat16]": "+2"})
+"""
+    )
+    result = project.bench("--hpml-baseline=off", "--tb=short")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "E   ValueError: expect_change(time='+50%'): an earlier expect_change accepts +5% for "
+            "'time' ('exact GELU'); accept one amount per metric",
+            "E   ValueError: expect_change(**{'flops[[]bfloat16]': '+2'}): an earlier "
+            "expect_change accepts +1 for 'flops[[]bfloat16]' ('bf16 matmuls')*",
+        ],
+        consecutive=False,
+    )
+    assert "not used at all" not in result.stdout.str()
+
+
+def test_an_amount_shown_in_exponent_form_is_applied_as_given(step: Project) -> None:
+    """An amount travels as its text: '+1234567' was written '+1.23457e+06', which could not be
+    read back where it was applied (an INTERNALERROR); now the text reads back exactly."""
+    accept(step, "room to grow", ops="+1234567", syncs="+0.0000001")
+    result = step.bench(*ONLY_COUNTS)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    verdicts = judged(step)
+    assert "expect_change(+1234567): room to grow did not happen" in verdicts["ops"]["reason"]
+    assert "expect_change(+1e-07): room to grow did not happen" in verdicts["syncs"]["reason"]
 
 
 def test_an_empty_reason_fails_the_test(project: Project) -> None:
@@ -196,7 +247,10 @@ def test_accepting_a_metric_the_benchmark_lacks_is_an_error(step: Project) -> No
     result = step.bench(*ONLY_COUNTS)
     assert result.ret != pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
-        [f"hpml: ERROR {TRAIN}: expect_change names sinks, which this benchmark does not record*"]
+        [
+            f"hpml: ERROR {TRAIN}: expect_change names 'sinks', which this benchmark does not "
+            "record; it records 'allocated_bytes', *"
+        ]
     )
 
 
@@ -217,6 +271,28 @@ def test_fewer_syncs_do_not_excuse_a_slower_step(step: Project) -> None:
     assert verdicts["syncs"]["verdict"] == "improved"
     assert verdicts["time"]["verdict"] == "regressed", verdicts["time"]
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_names_a_benchmark_lacks_are_quoted() -> None:
+    """An empty name read as "names , which"; a dtype-less one as "names flops[]"."""
+    from pytest_hpml.verdict import policy
+
+    said = policy.unrecorded({"": {}}, {"flops[]": 0.1}, {"time": {}})
+    assert said == [
+        "expect_change names '', which this benchmark does not record; it records 'time'",
+        "hpml_bench(tolerance=...) names 'flops[]', which this benchmark does not count; it "
+        "counts 'instructions'",
+    ]
+
+
+def test_an_unreadable_accepted_amount_is_not_applied_and_said() -> None:
+    """Only an edited report or rerun file holds one (the call checks its amounts)."""
+    from pytest_hpml.verdict import policy, stats
+
+    grown = stats.Comparison(stats.REGRESSED, baseline=1, current=2, change=1.0)
+    found = policy.settle(grown, "syncs", {"syncs": {"change": "+inf%", "reason": "r"}}, False)
+    assert found.verdict == stats.REGRESSED
+    assert found.reason == "expect_change's amount '+inf%' cannot be read; not applied"
 
 
 # --- the rules that read several verdicts of one benchmark (Note [Counter policy]) ----------

@@ -192,8 +192,56 @@ def test_expect_names_an_unknown_counter(project: Project) -> None:
     )
     result = project.bench("--hpml-baseline=off")
     result.stdout.fnmatch_lines(
-        ["*TypeError: expect() got unknown work counter(s) sincs; known: *"]
+        ["*TypeError: expect() got unknown work counter(s) 'sincs'; known: *"]
     )
+
+
+BAD_BOUNDS = """
+def test_text(benchmark):
+    benchmark.expect(ops="zero")
+
+
+def test_nan(benchmark):
+    benchmark.expect(ops=float("nan"))
+
+
+def test_negative(benchmark):
+    benchmark.expect(syncs=-1)
+
+
+def test_no_dtype(benchmark):
+    benchmark.expect(flops_=0)
+
+
+def test_twice(benchmark):
+    benchmark.expect(syncs=0)
+    benchmark.expect(copies=0, variant="fast")  # another variant's: not the same bound
+    benchmark.expect(syncs=1)
+"""
+
+
+def test_expect_refuses_a_bound_that_is_no_count_at_the_call(project: Project) -> None:
+    """A bound that is no number failed deep in the counting, NaN passed unchecked, and a
+    second bound replaced the first unsaid: each is refused at the call, and only there (no
+    "nothing was benchmarked" at teardown, no "not used at all")."""
+    project.pytester.makepyfile(test_inner=BAD_BOUNDS)
+    result = project.bench("--hpml-baseline=off", "--tb=short")
+    result.assert_outcomes(failed=5)
+    bound = "give the most one call may ask for: a finite number >= 0"
+    result.stdout.fnmatch_lines(
+        [
+            f"E   TypeError: expect(ops='zero'): {bound}",
+            f"E   ValueError: expect(ops=nan): {bound}",
+            f"E   ValueError: expect(syncs=-1): {bound}",
+            "E   ValueError: expect(flops_=0): flops_ names no dtype; give flops_<dtype>, *",
+            "E   ValueError: expect(syncs=1): an earlier expect() gave syncs=0; give one bound "
+            "per counter",
+        ],
+        consecutive=False,
+    )
+    output = result.stdout.str()
+    for unwanted in ("pytest_hpml/", "nothing was benchmarked", "not used at all"):
+        assert unwanted not in output
 
 
 def test_work_false_leaves_the_counters_out(project: Project) -> None:

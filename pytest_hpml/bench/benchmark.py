@@ -8,10 +8,12 @@ counts). Imported when a test first asks for ``benchmark``, never at plugin star
 
 from __future__ import annotations
 
+import functools
+import numbers
 import sys
 import time
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar, cast
 
 from .. import _compat
 from ..config.markers import BenchSettings
@@ -56,6 +58,24 @@ def rate_metric(
         reference=series.reference,
         state=state or None,
     ).as_dict()
+
+
+Call = TypeVar("Call", bound=Callable[..., Any])
+
+
+def _may_refuse(method: Call) -> Call:
+    """A call whose arguments the benchmark checks: refused, it still used the fixture, so that
+    pytest-benchmark adds no "not used at all" to the refusal (one message per bad input)."""
+
+    @functools.wraps(method)
+    def call(self: HpmlBenchmark, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception:
+            self._refused = True
+            raise
+
+    return cast(Call, call)
 
 
 class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
@@ -111,19 +131,26 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         self._expected: dict[str | None, dict[str, float]] = {}  # variant -> bounds
         self.accepted: dict[str, dict[str, str]] = {}  # metric -> change and reason
         self.metrics = {}
+        self._recorded: set[str] = set()  # the metrics the test recorded (record())
+        self._refused = False  # whether a call of the test's failed (_may_refuse)
         self.superseded = superseded(fixture, plan)
         return self
 
+    @_may_refuse
     def track(
         self, *, model: Any = None, batch_size: int | None = None, flops: bool = True
     ) -> HpmlBenchmark:
         """Say what one call processes: adds parameters, FLOPs, throughput and FLOP/s."""
-        self._model = model
-        self._flops = flops
+        __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
+        metrics.check_flag("track", "flops", flops)
         if batch_size is not None:
-            self._batch_size = batch_size
+            if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
+                raise TypeError(f"{metrics.given('track', 'batch_size', batch_size)}: give {BATCH}")
+            self._batch_size = metrics.check_number("track", "batch_size", batch_size, BATCH, 1)
+        self._model, self._flops = model, flops
         return self
 
+    @_may_refuse
     def record(
         self,
         name: str,
@@ -135,9 +162,24 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         higher_is_worse: bool = True,
     ) -> None:
         """Record a deterministic metric (graph breaks, bytes moved, ...) to compare with the
-        baseline exactly or within ``tolerance`` (relative)."""
+        baseline exactly or within ``tolerance`` (relative). Once per name, and not a name the
+        benchmark measures itself (``time``, ``syncs``, ``peak_memory``...), in either order."""
+        __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
+        name = metrics.check_name("record", "name", name, name)
+        value = metrics.check_number("record", "value", value, metrics.VALUE)
+        tolerance = metrics.check_number("record", "tolerance", tolerance, metrics.TOLERANCE, 0)
+        metrics.check_text("record", "unit", unit, UNIT, empty=True)
+        metrics.check_flag("record", "portable", portable)
+        metrics.check_flag("record", "higher_is_worse", higher_is_worse)
+        if name in self.metrics:
+            first = "record(...)" if name in self._recorded else _compat.mode(self)
+            raise ValueError(
+                f"{metrics.given('record', 'name', name)}: {first} gave {name!r} already; "
+                "a metric has one value: give this one another name"
+            )
         origin = "benchmark.record(tolerance=...)" if tolerance else None
         self._record(name, value, unit, tolerance, origin, portable, higher_is_worse)
+        self._recorded.add(name)
 
     def _record(
         self,
@@ -150,15 +192,37 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         higher_is_worse: bool = True,
     ) -> None:
         """:meth:`record`, saying where a tolerance came from (``origin``), for the verdict."""
-        self.metrics[name] = metrics.Count(
+        count = metrics.Count(
             unit,
             portable=portable,
             value=value,
             tolerance=tolerance,
             tolerance_from=origin,
             higher_is_worse=higher_is_worse,
-        ).as_dict()
+        )
+        self._put(name, count.as_dict())
 
+    def _put(self, name: str, record: dict[str, Any]) -> None:
+        """Keep a metric the benchmark measured itself; one the test recorded under that name
+        before is refused (after, :meth:`record` refuses it): neither value replaces the
+        other unsaid."""
+        __tracebackhide__ = True  # refuses what the test asked (Note [Tracebacks])
+        self._measures(name)
+        self.metrics[name] = record
+
+    def _measures(self, *names: str, call: str | None = None) -> None:
+        """Refuse to measure what the test recorded itself (:meth:`_put`); for the times, said
+        before the rounds (and where timing is off), so that no budget is spent on a
+        measurement refused after."""
+        __tracebackhide__ = True  # refuses what the test asked (Note [Tracebacks])
+        for name in names:
+            if name in self._recorded:
+                raise ValueError(
+                    f"{call or _compat.mode(self)} measures {name!r} itself, which "
+                    f"record({name!r}, ...) gave already: give that metric another name"
+                )
+
+    @_may_refuse
     def expect(self, variant: str | None = None, **bounds: float) -> HpmlBenchmark:
         """State what one call may ask of the machine at most, whatever any baseline says:
         ``benchmark.expect(syncs=0, copies=0)``, or ``flops_float32=0`` for FLOPs of one dtype;
@@ -167,18 +231,30 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         test, naming the operators and source lines. Checked once the work is counted: call it
         before or after ``benchmark(...)``."""
         __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
-        known = set(metrics.WORK_UNITS)
+        if variant is not None:
+            metrics.check_name("expect", "variant", variant, variant)
+        known = metrics.WORK_UNITS
         unknown = sorted(n for n in bounds if n not in known and not n.startswith("flops_"))
         if unknown:
             raise TypeError(
-                f"expect() got unknown work counter(s) {', '.join(unknown)}; known: "
+                f"expect() got unknown work counter(s) {', '.join(map(repr, unknown))}; known: "
                 f"{', '.join(metrics.WORK_UNITS)} and flops_<dtype> (flops_float64, ...)"
             )
-        self._expected.setdefault(variant, {}).update(bounds)
+        chosen, checked = self._expected.get(variant, {}), {}
+        for key, bound in bounds.items():
+            metrics.check_keyword("expect", key, bound)
+            checked[key] = metrics.check_number("expect", key, bound, metrics.BOUND, 0)
+            if key in chosen:  # a second bound would replace the first unsaid
+                raise ValueError(
+                    f"{metrics.given('expect', key, bound)}: an earlier expect() gave "
+                    f"{key}={chosen[key]!r}{_of(variant)}; give one bound per counter"
+                )
+        self._expected[variant] = {**chosen, **checked}
         if self._counted:
             self._check_expected()
         return self
 
+    @_may_refuse
     def expect_change(self, reason: str, **changes: str | int) -> HpmlBenchmark:
         """Accept, in the change itself, that metrics of this benchmark grow:
         ``benchmark.expect_change("exact GELU for accuracy", ops="+2", time="+15%")``. A metric
@@ -192,19 +268,30 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
             raise TypeError("expect_change() needs a reason: what the change adds, and why")
         if not changes:
             raise TypeError("expect_change() names no metric: e.g. ops='+2' or time='+15%'")
-        for key, name in metrics.accepted_names(changes).items():
-            try:
-                amount = metrics.parse_amount(key, changes[key])
-            except TypeError as exc:  # raised here, in a hidden frame, not in parse_amount's
-                raise TypeError(str(exc)) from None
-            self.accepted[name] = {"change": str(amount), "reason": reason.strip()}
+        found: dict[str, dict[str, str]] = {}
+        for key, asked in changes.items():
+            name = metrics.check_keyword("expect_change", key, asked)
+            amount = metrics.check_amount("expect_change", key, asked)
+            first = self.accepted.get(name) or found.get(name)
+            if first is not None:  # a second amount would replace the first unsaid
+                raise ValueError(
+                    f"{metrics.given('expect_change', key, asked)}: an earlier expect_change "
+                    f"accepts {first['change']} for {name!r} ({first['reason']!r}); accept one "
+                    "amount per metric"
+                )
+            found[name] = {"change": str(amount), "reason": reason.strip()}
+        self.accepted.update(found)
         return self
 
+    @_may_refuse
     def cite(self, name: str, value: float, source: str) -> None:
         """Show a published figure (a book's, a paper's) beside the metric ``name`` measured
         here: reference data for the reader, never judged. Nothing to cite beside when timing is
         off (``--benchmark-disable``, xdist)."""
         __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
+        metrics.check_name("cite", "name", name, name)
+        value = metrics.check_number("cite", "value", value, metrics.VALUE)
+        metrics.check_text("cite", "source", source, "where the figure comes from: a str")
         if self.disabled:
             return
         if name not in self.metrics:
@@ -217,6 +304,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         __tracebackhide__ = True  # calls the benchmarked code (Note [Tracebacks])
         call = _bind(function_to_benchmark, args, kwargs)
         self._claim("benchmark(...)")
+        self._measures("time")  # in every mode, before any round
         self._ready()
         if self._callgrind is not None:
             return self._count_instructions({None: call})
@@ -229,11 +317,11 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         series, results = measure({"time": call}, replace(self._plan, after_warmup=compiled.mark))
         self._feed(series["time"])
         self.state = self._observe()
-        self.metrics["time"] = time_metric(series["time"], self._plan.budget, self.state)
+        self._put("time", time_metric(series["time"], self._plan.budget, self.state))
         self._count_work({None: call})  # before _describe, which takes its peak memory
         self._describe(call, series["time"])
         for name, value in compiled.metrics().items():
-            self.record(name, value)
+            self._record(name, value)
         if self.cprofile:
             return self._profile(call, series["time"])
         return results["time"]
@@ -250,6 +338,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         _compat.save_cprofile(self, profile)
         return result
 
+    @_may_refuse
     def variants(
         self,
         targets: dict[str, Callable[[], Any]],
@@ -260,12 +349,19 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         """Measure named callables with their rounds interleaved; record each one's time and
         the speed-up of each over ``baseline`` (default: the first) as paired-round ratios."""
         __tracebackhide__ = True  # calls the benchmarked code (Note [Tracebacks])
+        if not isinstance(targets, dict):
+            raise TypeError(f"{metrics.given('variants', 'targets', targets)}: give a dict")
+        for name in targets:  # each names metrics: time[name], speedup[name/baseline]
+            metrics.check_name("variants", "targets", targets, name)
+        if tolerance is not None:
+            tolerance = metrics.check_number("variants", "tolerance", tolerance, RATIO, 0)
         if len(targets) < 2:
             raise ValueError("variants() needs at least two named callables")
         baseline = baseline or next(iter(targets))
         if baseline not in targets:
             raise ValueError(f"baseline {baseline!r} is not one of {', '.join(targets)}")
         self._claim("variants(...)")
+        self._measures(*(f"time[{name}]" for name in targets))
         self._ready()
         if self._callgrind is not None:
             self._count_instructions(dict(targets))
@@ -284,10 +380,10 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         base, state = series[baseline], self._observe()
         self.state = state
         for name, s in series.items():
-            self.metrics[f"time[{name}]"] = time_metric(s, self._plan.budget, state)
+            self._put(f"time[{name}]", time_metric(s, self._plan.budget, state))
             if self._batch_size:
                 rate = rate_metric(s, self._batch_size, "samples/s", state)
-                self.metrics[f"throughput[{name}]"] = rate
+                self._put(f"throughput[{name}]", rate)
             if name != baseline:
                 ratios = [b / c for b, c in zip(base.samples, s.samples)]
                 ratio = metrics.Ratio(
@@ -297,9 +393,9 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
                     tolerance_from="variants(tolerance=...)" if tolerance else None,
                     state=state or None,
                 )
-                self.metrics[f"speedup[{name}/{baseline}]"] = ratio.as_dict()
+                self._put(f"speedup[{name}/{baseline}]", ratio.as_dict())
         for name, value in compiled.metrics().items():  # of all the variants together
-            self.record(name, value)
+            self._record(name, value)
         self._count_work(dict(targets))
         for name, fn in targets.items():
             self._record_mfu(name, fn, series[name])
@@ -319,6 +415,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         """pytest-benchmark's pedantic mode, its schedule kept as given; rounds end with the
         device synchronized and, where a setup is allowed (iterations == 1), start after the
         reference workload."""
+        self._measures("time", call="pedantic(...)")
         self._ready()
         if self.disabled:
             return super().pedantic(
@@ -368,17 +465,19 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         series.reference_seconds = counted.reference_seconds
         series.warmup_calls = warmup_rounds * iterations
         self.state = self._observe()
-        self.metrics["time"] = time_metric(series, state=self.state)
+        self._put("time", time_metric(series, state=self.state))
         self._describe(None, series)
         return result
 
     def settle(self) -> None:
-        """At teardown: a test that only recorded deterministic metrics has used the fixture,
-        which pytest-benchmark would otherwise call "not used at all"."""
+        """At teardown: a test that only recorded deterministic metrics, or whose call was
+        refused, has used the fixture, which pytest-benchmark would otherwise call "not used at
+        all"."""
         __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
-        if not _compat.mode(self) and self.metrics:
+        if not _compat.mode(self) and (self.metrics or self._refused):
             _compat.set_mode(self, "record(...)")
-        if self._expected and not self._counted and not self.disabled:
+        # a refused call failed the test already: nothing more to say (one message)
+        if self._expected and not self._counted and not self.disabled and not self._refused:
             raise AssertionError(
                 "benchmark.expect(...) was given, but nothing was benchmarked to check it on"
             )
@@ -432,18 +531,16 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
     def _describe(self, call: Callable[[], Any] | None, series: Series) -> None:
         """Metrics besides time: throughput, parameters, FLOPs, FLOP/s, MFU and peak memory."""
         if self._batch_size:
-            self.metrics["throughput"] = rate_metric(
-                series, self._batch_size, "samples/s", self.state
-            )
+            self._put("throughput", rate_metric(series, self._batch_size, "samples/s", self.state))
         if self._model is not None:
             params, size = model_size(self._model)
-            self.record("params", params)
-            self.record("param_bytes", size, unit="B")
+            self._record("params", params)
+            self._record("param_bytes", size, "B")
         if self._flops and call is not None:  # in every process: FLOP/s needs its rounds
             flops = count_flops(call)
             if flops:
-                self.record("flops", flops, unit="FLOP")
-                self.metrics["flop_rate"] = rate_metric(series, flops, "FLOP/s", self.state)
+                self._record("flops", flops, "FLOP")
+                self._put("flop_rate", rate_metric(series, flops, "FLOP/s", self.state))
             if self._counts:
                 self._record_memory(call)
         if call is not None:
@@ -475,7 +572,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         found, why = mfu.utilization(tally, flops, series, self._peaks)
         name = "mfu" if variant is None else f"mfu[{variant}]"
         if found is not None:
-            self.metrics[name] = {**found, **({"state": self.state} if self.state else {})}
+            self._put(name, {**found, **({"state": self.state} if self.state else {})})
         self.no_peak = why or self.no_peak
 
     def _count_work(self, calls: dict[str | None, Callable[[], Any]]) -> None:
@@ -516,7 +613,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
             if isinstance(counted, Uncounted):
                 self.uncounted[name] = counted.why
                 continue
-            self.metrics[name] = metrics.Instructions(
+            count = metrics.Instructions(
                 "instr",
                 value=round(counted.instructions),
                 tolerance=self._settings.tolerance.get("instructions", TOLERANCE),
@@ -526,7 +623,8 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
                 calls=counted.calls,
                 counted_on=self._callgrind.key,
                 waits=counted.waits,
-            ).as_dict()
+            )
+            self._put(name, count.as_dict())
         return result
 
     def _record_work(self, counter: Any, suffix: str) -> None:
@@ -540,7 +638,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
                 tolerance_from=_origin(self._settings, name),
                 detail=detail or None,
             )
-            self.metrics[name + suffix] = count.as_dict()
+            self._put(name + suffix, count.as_dict())
 
     def _check_expected(self) -> None:
         """Fail the test where a work counter is above what ``expect`` allows (checked where
@@ -579,7 +677,17 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
             counted = self._work.get(None)
             peak = counted.peak if counted is not None else tracked_peak_memory(call)
             if peak is not None:
-                self.record("peak_memory", peak, unit="B")
+                self._record("peak_memory", peak, "B")
+
+
+# What the calls accept, in their messages (the rest are metrics.VALUE, TOLERANCE, ...).
+BATCH = "the samples one call processes: an int >= 1"
+UNIT = "a unit: a str without control characters, such as 'B' or 'GB/s' ('' for none)"
+RATIO = "a speed-up's threshold: a finite number >= 0, such as 0.1"
+
+
+def _of(variant: str | None) -> str:
+    return "" if variant is None else f" for variant {variant!r}"
 
 
 def _origin(settings: BenchSettings, name: str) -> str | None:

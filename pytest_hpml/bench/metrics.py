@@ -13,10 +13,15 @@ verdict layer (:mod:`pytest_hpml.verdict.judge`), or a ``pytest_hpml_judge_metri
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
+
+from ..config.options import shown
 
 Record = dict[str, Any]  # a metric record in its plain-dict form
 
@@ -194,7 +199,125 @@ def is_work_counter(name: str) -> bool:
     return name.partition("[")[0] in WORK_UNITS or name.startswith("flops[")  # syncs[bf16]
 
 
-_AMOUNT = re.compile(r"\+?(\d+(?:\.\d+)?)(%?)")
+# --- what a test gives the benchmark's calls (record, expect, expect_change, ...) -------------
+# Each is checked at the call, in a frame marked ``__tracebackhide__ = True``, so that the test's
+# own line shows with the message (Note [Tracebacks]); a message names the call, the argument
+# as given, and what it accepts.
+
+VALUE = "a finite int or float (not a bool)"
+TOLERANCE = "a relative tolerance: a finite number >= 0, such as 0.05"
+BOUND = "the most one call may ask for: a finite number >= 0"
+NAME = "a metric's name: a non-empty str without control characters or blanks around it"
+# A control character acts on a terminal (shown escaped, but then the name is no longer what
+# was written); a lone surrogate cannot be written as UTF-8. Other characters a terminal might
+# act on (bidirectional overrides) are shown escaped where text leaves pytest-hpml.
+_UNWRITTEN = ("Cc", "Cs")
+
+
+def given(call: str, argument: str, value: Any) -> str:
+    """An argument as the test gave it, for a message: ``record(value='abc')``, or
+    ``expect_change(**{'': '+1'})`` for a keyword no call could spell."""
+    shown_value = shown(_repr(value))
+    if argument.isidentifier():
+        return f"{call}({argument}={shown_value})"
+    return f"{call}(**{{{shown(repr(argument))}: {shown_value}}})"
+
+
+def _repr(value: Any) -> str:
+    """``repr(value)``, or what it is where that fails (an int of more digits than
+    ``sys.set_int_max_str_digits`` allows, an object whose ``__repr__`` raises)."""
+    try:
+        return repr(value)
+    except Exception:
+        if isinstance(value, int):
+            return f"<an int of {value.bit_length()} bits>"
+        return f"<{type(value).__name__} object>"
+
+
+def check_name(call: str, argument: str, value: Any, name: Any) -> str:
+    """``name`` as a metric's name (a table's row, a baseline's key), given as ``argument``
+    of ``call`` with ``value``; a TypeError or ValueError saying what a name may be."""
+    __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
+    if not isinstance(name, str):
+        raise TypeError(f"{given(call, argument, value)}: give {NAME}")
+    _refuse_controls(call, argument, value, name, NAME)
+    if not name or name != name.strip():
+        raise ValueError(f"{given(call, argument, value)}: give {NAME}")
+    return name
+
+
+def _refuse_controls(call: str, argument: str, value: Any, text: str, accepts: str) -> None:
+    __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
+    bad = next((c for c in text if unicodedata.category(c) in _UNWRITTEN), None)
+    if bad is not None:
+        kind = "lone surrogate" if unicodedata.category(bad) == "Cs" else "control character"
+        raise ValueError(
+            f"{given(call, argument, value)}: it contains the {kind} {bad!r}; give {accepts}"
+        )
+
+
+def _as_float(value: Any) -> float | None:
+    """A real number (not a bool) as a float; None for none, or one beyond a float's range."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an int of 309 digits or more
+        return math.inf
+
+
+def check_number(
+    call: str, argument: str, value: Any, accepts: str, at_least: float | None = None
+) -> float:
+    """``value`` as a finite number not below ``at_least``: an int stays an int (a count stays
+    exact in the baseline), anything else real is a float (numpy's too)."""
+    __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
+    found = _as_float(value)
+    if found is None:
+        raise TypeError(f"{given(call, argument, value)}: give {accepts}")
+    if not math.isfinite(found) or (at_least is not None and found < at_least):
+        raise ValueError(f"{given(call, argument, value)}: give {accepts}")
+    return int(value) if isinstance(value, numbers.Integral) else found
+
+
+def check_text(call: str, argument: str, value: Any, accepts: str, empty: bool = False) -> str:
+    """``value`` as a str without control characters (shown in tables), empty only if
+    ``empty``."""
+    __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
+    if not isinstance(value, str):
+        raise TypeError(f"{given(call, argument, value)}: give {accepts}")
+    _refuse_controls(call, argument, value, value, accepts)
+    if not (empty or value.strip()):
+        raise ValueError(f"{given(call, argument, value)}: give {accepts}")
+    return value
+
+
+def check_flag(call: str, argument: str, value: Any) -> bool:
+    __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
+    if not isinstance(value, bool):
+        raise TypeError(f"{given(call, argument, value)}: give True or False")
+    return value
+
+
+def metric_of(keyword: str) -> str:
+    """A keyword argument's name as the metric's: ``flops_float32`` is ``flops[float32]``."""
+    return f"flops[{keyword[len('flops_') :]}]" if keyword.startswith("flops_") else keyword
+
+
+def check_keyword(call: str, keyword: str, value: Any) -> str:
+    """The metric a keyword of ``expect`` or ``expect_change`` names (given ``value``)."""
+    __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
+    check_name(call, keyword, value, keyword)
+    if keyword == "flops_":
+        raise ValueError(
+            f"{given(call, keyword, value)}: flops_ names no dtype; give flops_<dtype>, such as "
+            "flops_float32 for flops[float32]"
+        )
+    return metric_of(keyword)
+
+
+# "+15%", "+2", "+0.5", "+1e-07" (the form Amount's str gives a small or large number)
+_AMOUNT = re.compile(r"\+?(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)(%?)")
 
 
 class Amount(NamedTuple):
@@ -204,24 +327,31 @@ class Amount(NamedTuple):
     relative: bool
 
     def __str__(self) -> str:
-        return f"+{self.value:g}%" if self.relative else f"+{self.value:g}"
+        """``+15%``, ``+2``: read back by :func:`parse_amount` as the same amount (the change
+        travels as this text in reports and rerun files)."""
+        exact = self.value.is_integer() and self.value < 1e16
+        number = str(int(self.value)) if exact else repr(self.value)
+        return f"+{number}%" if self.relative else f"+{number}"
 
 
-def parse_amount(name: str, amount: Any) -> Amount:
-    """``"+15%"``, ``"+2"`` or an int; a TypeError naming ``name`` otherwise."""
-    text = str(amount).strip() if isinstance(amount, (str, int)) else ""
-    found = _AMOUNT.fullmatch(text) if not isinstance(amount, bool) else None
-    if found is None:
-        raise TypeError(
-            f"expect_change({name}={amount!r}): give how much it may grow, as '+15%' (relative) "
-            "or '+2' (per call)"
-        )
+def parse_amount(amount: Any) -> Amount | None:
+    """``"+15%"``, ``"+2"`` or an int >= 0, finite; None for anything else."""
+    if isinstance(amount, int) and not isinstance(amount, bool):
+        value = _as_float(amount)
+        return Amount(value, False) if value is not None and 0 <= value < math.inf else None
+    found = _AMOUNT.fullmatch(amount.strip()) if isinstance(amount, str) else None
+    if found is None or not math.isfinite(float(found.group(1))):
+        return None
     return Amount(float(found.group(1)), bool(found.group(2)))
 
 
-def accepted_names(changes: Mapping[str, Any]) -> dict[str, str]:
-    """A test's keyword names as metric names: ``flops_float32`` is ``flops[float32]``."""
-    return {
-        key: f"flops[{key[len('flops_') :]}]" if key.startswith("flops_") else key
-        for key in changes
-    }
+def check_amount(call: str, keyword: str, amount: Any) -> Amount:
+    """:func:`parse_amount`, refusing what it does not read (a TypeError, as ever)."""
+    __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
+    found = parse_amount(amount)
+    if found is None:
+        raise TypeError(
+            f"{given(call, keyword, amount)}: give how much it may grow, as '+15%' (relative) "
+            "or '+2' (per call), a finite number"
+        )
+    return found

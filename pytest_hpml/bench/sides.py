@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from ..config.invocation import child_args
+from ..config.options import SETTINGS_KEY, given, shown
 from . import reruns
 
 BASE, HEAD = "base", "head"
@@ -87,7 +88,7 @@ class Against:
     def __init__(self, config: pytest.Config, revision: str, python: str, paths: Sequence[str]):
         self.config = config
         self.asked = revision
-        self.paths = tuple(paths)
+        self.paths = _check_paths(config, paths)
         self.top = _toplevel(config.rootpath)
         self.here = _inside(self.top, Path(config.invocation_params.dir))
         sha = _commit(self.top, revision)
@@ -348,32 +349,65 @@ def version() -> str:
         return "?"
 
 
+def _named(config: pytest.Config, dest: str, value: Any) -> str:
+    """An option's value as messages name it, with the source that gave it
+    (``HPML_AGAINST_PYTHON=python3 -S``, ``ini hpml_against_paths = src``)."""
+    sources = config.stash[SETTINGS_KEY].sources if SETTINGS_KEY in config.stash else {}
+    source = sources.get(dest, "default")
+    return given(f"--hpml-{dest.replace('_', '-')}" if source == "default" else source, value)
+
+
 def _check_python(python: str, against: Against) -> tuple[str, dict[str, Any]]:
     """The base side's interpreter and its description, once it is seen to import
     pytest-hpml, pytest-benchmark and (where this one has it) torch; a usage error
     otherwise."""
+    named = _named(against.config, "against_python", python)
     found = shutil.which(python)
     if found is None:
-        raise pytest.UsageError(f"--hpml-against-python={python}: no such interpreter")
+        command = python.split()  # "python3 -S": a command line, where a program is named
+        alone = len(command) > 1 and shutil.which(command[0])
+        hint = f"; name the interpreter alone ({command[0]}), without arguments" if alone else ""
+        raise pytest.UsageError(f"{named}: no such interpreter{hint}")
     found = os.path.abspath(found)  # the base side runs in the worktree
     modules = _modules()
     env = {**os.environ, **against.environment(Side(BASE, against.directory, "", found))}
     try:
         description, why = described(describing(found, modules, env))
     except OSError as exc:
-        raise pytest.UsageError(f"--hpml-against-python={python} cannot run: {exc}") from None
+        raise pytest.UsageError(f"{named} cannot run: {exc}") from None
     if description is None:
         raise pytest.UsageError(
-            f"--hpml-against-python={python} cannot import {', '.join(modules)} ({why}); "
+            f"{named} cannot import {', '.join(modules)} ({why}); "
             "install pytest-hpml (and torch) into that environment"
         )
     theirs, ours = description["packages"].get("pytest-hpml", "?"), version()
     if theirs != ours:
         raise pytest.UsageError(
-            f"--hpml-against-python={python} has pytest-hpml {theirs}, this one {ours}: "
+            f"{named} has pytest-hpml {theirs}, this one {ours}: "
             "both sides must measure alike; install the same version into both environments"
         )
     return found, description
+
+
+def _check_paths(config: pytest.Config, paths: Sequence[str]) -> tuple[str, ...]:
+    """``paths`` (--hpml-against-paths), each a directory of the rootdir, which each side puts
+    first on ``sys.path`` from its own tree; a usage error otherwise. A path outside the rootdir
+    (absolute, or through ``..``) would be the same on both sides, one that is no directory puts
+    nothing there: either way the comparison would not be what it says."""
+    root = config.rootpath.resolve()
+    for path in paths:
+        where = (root / path).resolve()
+        if where != root and root not in where.parents:
+            why = f"{shown(path)} lies outside the rootdir {root}, the same for both sides"
+        elif not where.is_dir():
+            why = f"{shown(path)} is no directory of the rootdir {root}"
+        else:
+            continue
+        raise pytest.UsageError(
+            f"{_named(config, 'against_paths', ','.join(paths))}: {why}; name directories of "
+            "the rootdir, relative to it (such as src)"
+        )
+    return tuple(paths)
 
 
 def differences(base: dict[str, Any], head: dict[str, Any]) -> list[str]:

@@ -19,6 +19,7 @@ import torch
 
 from .. import _compat
 from .memory import Dispatching, StorageTracker, tensors
+from .metrics import metric_of
 
 # Operators that make the host wait for the device's result, by what they are, so that they
 # show on a CPU runner too: the host needs their output's value or its size.
@@ -268,12 +269,12 @@ def count_work(call: Callable[[], Any]) -> WorkCounter | None:
 
 
 def over_budget(counter: WorkCounter, bounds: dict[str, float]) -> list[str]:
-    """What ``benchmark.expect(**bounds)`` finds above its bounds, with what explains it."""
+    """What ``benchmark.expect(**bounds)`` finds above its bounds (numbers, checked at the
+    call), with what explains it."""
     counted = counter.metrics()
     problems = []
     for name, bound in bounds.items():
-        key = f"flops[{name[len('flops_') :]}]" if name.startswith("flops_") else name
-        value, detail = counted.get(key, (0, {}))
+        value, detail = counted.get(metric_of(name), (0, {}))
         if value > bound:
             problems.append(f"{name}: {value:,} per call, expected at most {bound:,}{_why(detail)}")
     return problems

@@ -11,12 +11,16 @@ command line > environment > ini > default; a blank value is unset (Note [Blank 
 from __future__ import annotations
 
 import argparse
+import ast
+import difflib
+import json
 import math
 import os
 import re
 import sys
 import unicodedata
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterator, Mapping
 from typing import Any, Callable, NamedTuple
 
 import pytest
@@ -33,9 +37,18 @@ COUNTER_POLICIES = ("classes", "strict")  # Note [Counter policy]
 MAX_THREADS = 1024  # see parse_threads
 MAX_RANKS = 4096  # see parse_max_ranks
 MAX_LENGTH = 4096  # a longer value is no setting but a pasted file (PATH_MAX is 4096)
+# A message repeats a value up to this long (an interpreter's path in a deep checkout), and
+# only the start of a longer one: 700 digits, a pasted file (see shown).
+SHOWN_LENGTH = 240
+# torch's device index is 8 bits (c10::DeviceIndex): torch.device("cuda:256") is cuda:0 and
+# "cuda:128" is cuda:-128, so a higher index would name another device, not none.
+MAX_DEVICE_INDEX = 127
+# Variables of pytest-hpml's own processes, set for them and never by a user (Note [Internal
+# variables]): no option, and no typo of one (see _unknown_variables).
+INTERNAL_PREFIXES = ("HPML_INTERNAL_", "HPML_RANK_")
 
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")  # ASCII digits: torch refuses others
-_BACKEND = re.compile(r"[A-Za-z_][\w.]*")
+_BACKEND = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")  # ASCII, as every other option's words
 
 
 def number(value: Any, positive: bool = False) -> bool:
@@ -48,23 +61,37 @@ def _items(value: str) -> list[str]:
     """Split a comma list, dropping duplicates but keeping order."""
     items = [v.strip() for v in str(value).split(",")]
     if not any(items) or not all(items):
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {value!r}")
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {quoted(value)}")
     return list(dict.fromkeys(items))
 
 
 def _bad(kind: str, value: str, choices: str) -> argparse.ArgumentTypeError:
-    return argparse.ArgumentTypeError(f"unknown {kind} {value!r}; choose from {choices}")
+    return argparse.ArgumentTypeError(f"unknown {kind} {quoted(value)}; choose from {choices}")
 
 
-def _whole(value: str, most: int) -> int | None:
+def digits(text: str) -> bool:
+    """Whether ``text`` is ASCII digits only. int() and float() read the digits of any script
+    (Arabic-Indic, fullwidth) while torch's device index, the launchers' rank variables and the
+    other tools do not: one rule for every number (Note [Blank values])."""
+    return text.isascii() and text.isdecimal()
+
+
+def whole(value: str, most: int) -> int | None:
     """``value`` as a whole number from 0 to ``most``, or None: not one, or above ``most``
     (told apart by the caller where the message differs). Leading zeros aside, a number of more
     digits than ``most`` is above it, and never reaches int()'s limit on digits."""
     text = str(value).strip()
-    if not text.isdecimal():
+    if not digits(text):
         return None
-    digits = text.lstrip("0") or "0"
-    return int(digits) if len(digits) <= len(str(most)) and int(digits) <= most else None
+    figures = text.lstrip("0") or "0"
+    return int(figures) if len(figures) <= len(str(most)) and int(figures) <= most else None
+
+
+def _real(text: str) -> float:
+    """``text`` as a float, in ASCII only (see :func:`digits`); ValueError otherwise."""
+    if not text.isascii():
+        raise ValueError(text)
+    return float(text)
 
 
 def parse_devices(value: str) -> tuple[str, ...]:
@@ -73,6 +100,12 @@ def parse_devices(value: str) -> tuple[str, ...]:
     for item in items:
         if not _DEVICE.fullmatch(item):
             raise _bad("device", item, "auto, cpu, cuda, cuda:N, mps (comma-separated for several)")
+        index = item.partition(":")[2]
+        if index and whole(index, MAX_DEVICE_INDEX) is None:
+            raise argparse.ArgumentTypeError(
+                f"device {quoted(item)}: torch numbers devices from 0 to {MAX_DEVICE_INDEX} "
+                "(a higher index wraps around to another device); choose one of this machine's"
+            )
     return tuple(items)
 
 
@@ -93,12 +126,12 @@ def parse_backends(value: str) -> tuple[str, ...]:
     """
     items = _items(value)
     for item in items:
-        name, _, mode = item.partition(":")
+        name, colon, mode = item.partition(":")
         if not _BACKEND.fullmatch(name):
-            raise argparse.ArgumentTypeError(f"invalid backend name {name!r}")
-        if mode and (name != "inductor" or mode not in COMPILE_MODES):
+            raise argparse.ArgumentTypeError(f"invalid backend name {quoted(name)}")
+        if colon and (name != "inductor" or mode not in COMPILE_MODES):  # "inductor:" too
             raise argparse.ArgumentTypeError(
-                f"invalid backend {item!r}: only inductor takes a mode, one of "
+                f"invalid backend {quoted(item)}: only inductor takes a mode, one of "
                 + ", ".join(COMPILE_MODES)
             )
     return tuple(items)
@@ -131,11 +164,11 @@ def parse_workers(value: str) -> tuple[int, ...]:
     for item in _items(value):
         if item == "auto":
             counts.append(auto_workers())
-        elif item.isdecimal():  # not isdigit(): int() rejects digits such as "²"
-            count = _whole(item, MAX_WORKERS)
+        elif digits(item):
+            count = whole(item, MAX_WORKERS)
             if count is None:
                 raise argparse.ArgumentTypeError(
-                    f"worker count {item} is more than {MAX_WORKERS}; choose fewer"
+                    f"worker count {shown(item)} is more than {MAX_WORKERS}; choose fewer"
                 )
             counts.append(count)
         else:
@@ -144,13 +177,14 @@ def parse_workers(value: str) -> tuple[int, ...]:
 
 
 def parse_seed(value: str) -> int:
-    """An integer in [0, 2**32) so that numpy accepts it too."""
-    try:
-        seed = int(str(value).strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"seed must be an integer, got {value!r}") from None
-    if not 0 <= seed < 2**32:
-        raise argparse.ArgumentTypeError(f"seed must be in [0, 2**32), got {seed}")
+    """An integer in [0, 2**32) so that numpy accepts it too, compared with that bound before
+    int() reads it (:func:`whole`)."""
+    text = str(value).strip().removeprefix("+")
+    if not digits(text.removeprefix("-")):
+        raise argparse.ArgumentTypeError(f"seed must be an integer, got {quoted(value)}")
+    seed = whole(text, 2**32 - 1)
+    if seed is None:
+        raise argparse.ArgumentTypeError(f"seed must be in [0, 2**32), got {shown(text)}")
     return seed
 
 
@@ -178,33 +212,33 @@ def parse_fraction(value: str) -> float:
     text = str(value).strip()
     percent = text.endswith("%")
     try:
-        number = float(text[:-1]) / 100 if percent else float(text)
+        number = _real(text[:-1]) / 100 if percent else _real(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected a fraction such as 0.1 or 10%, got {value!r}"
+            f"expected a fraction such as 0.1 or 10%, got {quoted(value)}"
         ) from None
     if not math.isfinite(number) or number <= 0:
         raise argparse.ArgumentTypeError(
-            f"expected a positive fraction or percentage, got {value!r}"
+            f"expected a positive fraction or percentage, got {quoted(value)}"
         )
     if not percent and number >= 1:
         raise argparse.ArgumentTypeError(
-            f"expected a fraction below 1 (0.05 is 5%), got {value!r}; "
+            f"expected a fraction below 1 (0.05 is 5%), got {quoted(value)}; "
             f"write {number:g}% for {number:g} percent"
         )
     if number > 10:
-        raise argparse.ArgumentTypeError(f"expected at most 1000%, got {value!r}")
+        raise argparse.ArgumentTypeError(f"expected at most 1000%, got {quoted(value)}")
     return number
 
 
 def parse_seconds(value: str) -> float:
     """A positive number of seconds."""
     try:
-        seconds = float(str(value).strip())
+        seconds = _real(str(value).strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
+        raise argparse.ArgumentTypeError(f"expected seconds, got {quoted(value)}") from None
     if not 0 < seconds <= 3600:
-        raise argparse.ArgumentTypeError(f"expected seconds in (0, 3600], got {value!r}")
+        raise argparse.ArgumentTypeError(f"expected seconds in (0, 3600], got {quoted(value)}")
     return seconds
 
 
@@ -216,10 +250,11 @@ def _auto_or_positive(what: str, most: int) -> Callable[[str], int | None]:
         text = str(value).strip().lower()
         if text == "auto":
             return None
-        count = _whole(text, most)
+        count = whole(text, most)
         if not count:
             raise argparse.ArgumentTypeError(
-                f"expected auto or a positive number of {what} (at most {most}), got {value!r}"
+                f"expected auto or a positive number of {what} (at most {most}), "
+                f"got {quoted(value)}"
             )
         return count
 
@@ -246,16 +281,16 @@ def parse_peak_flops(value: str) -> float | None:
     if not text:
         return None
     try:
-        flops = float(text)
+        flops = _real(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected a peak in FLOP/s such as 989e12, got {value!r}"
+            f"expected a peak in FLOP/s such as 989e12, got {quoted(value)}"
         ) from None
     if not math.isfinite(flops) or flops <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive peak in FLOP/s, got {value!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive peak in FLOP/s, got {quoted(value)}")
     if flops < MIN_PEAK_FLOPS:
         raise argparse.ArgumentTypeError(
-            f"expected a peak in FLOP/s, got {value!r}, less than a megaFLOP/s: "
+            f"expected a peak in FLOP/s, got {quoted(value)}, less than a megaFLOP/s: "
             f"write {flops:g}e12 for {flops:g} TFLOP/s"
         )
     return flops
@@ -263,17 +298,17 @@ def parse_peak_flops(value: str) -> float | None:
 
 def parse_processes(value: str) -> int:
     """A whole number of processes, 1 to 16."""
-    count = _whole(value, 16)
+    count = whole(value, 16)
     if not count:
-        raise argparse.ArgumentTypeError(f"expected 1 to 16 processes, got {value!r}")
+        raise argparse.ArgumentTypeError(f"expected 1 to 16 processes, got {quoted(value)}")
     return count
 
 
 def parse_pairs(value: str) -> int:
     """A whole number of pairs of processes, 2 to 32: one pair gives no spread to judge by."""
-    count = _whole(value, 32)
+    count = whole(value, 32)
     if count is None or count < 2:
-        raise argparse.ArgumentTypeError(f"expected 2 to 32 pairs, got {value!r}")
+        raise argparse.ArgumentTypeError(f"expected 2 to 32 pairs, got {quoted(value)}")
     return count
 
 
@@ -295,7 +330,7 @@ def parse_bool(value: str) -> bool:
         return True
     if text in ("0", "false", "no", "off"):
         return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+    raise argparse.ArgumentTypeError(f"expected true or false, got {quoted(value)}")
 
 
 # What Option.read gives for an empty or blank value: unset (Note [Blank values]). No parser
@@ -303,13 +338,25 @@ def parse_bool(value: str) -> bool:
 BLANK = ""
 
 
-def shown(value: Any) -> str:
-    """A value as a message quotes it: cut short when long, escaped when not printable (a
-    control character would act on the terminal)."""
-    text = str(value)
-    if len(text) > 80:
-        text = f"{text[:60]}... ({len(text)} characters)"
-    return text if text.isprintable() else repr(text)
+def shown(value: Any, quote: bool = False) -> str:
+    """A value as a message shows it: cut short when long, escaped when not printable (a
+    control character would act on the terminal), and in quotes if ``quote``. Every message
+    that repeats a value given to pytest-hpml, whichever its source, shows it so."""
+    text, cut = str(value), ""
+    if len(text) > SHOWN_LENGTH:
+        text, cut = text[:60], f"... ({len(text)} characters)"
+    return (repr(text) if quote or not text.isprintable() else text) + cut
+
+
+def quoted(value: Any) -> str:
+    """``value`` quoted, as a parser's message repeats it: :func:`shown`, in quotes."""
+    return shown(value, quote=True)
+
+
+def given(source: str, value: Any) -> str:
+    """A value with the source that gave it, as messages name it: ``HPML_SEED=x``,
+    ``--hpml-seed=x``, ``ini hpml_seed = x``."""
+    return f"{source} = {shown(value)}" if source.startswith("ini ") else f"{source}={shown(value)}"
 
 
 class Option(NamedTuple):
@@ -351,7 +398,20 @@ class Option(NamedTuple):
             raise argparse.ArgumentTypeError(
                 f"the value contains the control character {control!r}; remove it"
             )
-        return self.parse(text)
+        try:
+            return self.parse(text)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"{exc}{_look_alike(text)}") from None
+
+
+def _look_alike(text: str) -> str:
+    """Why a refused value may look right: a character outside ASCII (a fullwidth letter, a
+    digit of another script), which no option's words or numbers hold; "" when there is none
+    (Note [Blank values])."""
+    odd = next((c for c in text if not c.isascii()), None)
+    if odd is None:
+        return ""
+    return f"; {odd!r} is {unicodedata.name(odd, f'U+{ord(odd):04X}')}, not ASCII"
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -700,26 +760,62 @@ def values_given(config: pytest.Config, opt: Option) -> Iterator[tuple[str, Any]
         yield opt.cli, cli
     env = os.environ.get(opt.env)
     if env is not None:
-        yield opt.env, _from(opt, f"{opt.env}={shown(env.strip())}", env)
+        yield opt.env, _from(opt, given(opt.env, env.strip()), env)
     ini = _ini(config, opt)
     if ini is not None:
-        where = f"ini {opt.ini} = {shown(ini)} ({config.inipath})"
+        where = f"{given(f'ini {opt.ini}', ini)} ({config.inipath})"
         yield f"ini {opt.ini}", _from(opt, where, ini)
 
 
 def _ini(config: pytest.Config, opt: Option) -> Any:
     """The ini value of ``opt``, None if unset. An on/off key is pytest's ``bool`` type, which
     refuses what is not a truth value before pytest-hpml sees it; its message quotes the value:
-    a blank one is unset here too (Note [Blank values]), any other a usage error naming the key."""
+    a blank one is unset here too (Note [Blank values]), any other a usage error naming the key.
+    Every other key is text: a TOML list or number is a usage error saying how to write it."""
     try:
-        return config.getini(opt.ini)
-    except (ValueError, pytest.UsageError) as exc:  # pytest 9 raises its ValueError as this
+        with warnings.catch_warnings():  # pytest 9 deprecates what _not_text refuses below
+            warnings.simplefilter("ignore")
+            value = config.getini(opt.ini)
+    except (ValueError, TypeError, pytest.UsageError) as exc:  # pytest 9: as UsageError
+        if not opt.flag:  # pytest 9's [tool.pytest] table: "expects a string, got int: 12"
+            found = re.search(r"got \w+: (.*)$", str(exc))
+            said = _not_text(config, opt, _literal(found and found.group(1)))
+            raise pytest.UsageError(said) from None
         found = re.search(r"truth value (['\"])(.*)\1", str(exc))
         if found is not None and not found.group(2).strip():
             return BLANK
         raise pytest.UsageError(
             f"ini {opt.ini} ({config.inipath}): expected true or false ({exc})"
         ) from None
+    if value is not None and not opt.flag and not isinstance(value, str):
+        raise pytest.UsageError(_not_text(config, opt, value))  # [tool.pytest.ini_options]
+    return value
+
+
+def _literal(text: str | None) -> Any:
+    """The TOML value pytest's message quotes (its repr), None if it cannot be read back."""
+    try:
+        return ast.literal_eval(text) if text else None
+    except (ValueError, SyntaxError):
+        return None
+
+
+TOML_TYPES = {list: "list", int: "integer", float: "number", bool: "boolean", dict: "table"}
+
+
+def _not_text(config: pytest.Config, opt: Option, value: Any) -> str:
+    """The usage error of a TOML value that is no string: every option's ini key is one, a
+    comma list written as one string (``"fp32,bf16"``), a number in quotes."""
+    where = f"ini {opt.ini} ({config.inipath})"
+    if value is None:
+        return f"{where}: a TOML value that is no string; write it in quotes"
+    kind = TOML_TYPES.get(type(value), type(value).__name__)
+    items = value if isinstance(value, list) else [value]
+    text = ",".join(json.dumps(v) if isinstance(v, bool) else str(v) for v in items)
+    return (
+        f"{given(f'ini {opt.ini}', value)} ({config.inipath}): a TOML {kind}, where "
+        f"pytest-hpml reads a string; write {opt.ini} = {json.dumps(text)}"
+    )
 
 
 def explicit(source: str) -> bool:
@@ -749,8 +845,26 @@ def resolve(config: pytest.Config) -> Settings:
     _check_against(values, sources)
     for opt in OPTIONS:
         for source in blanks.get(opt.dest, []):
-            _say(config, f"{source} is blank: treated as unset ({_instead(opt, sources)})")
+            say(config, f"{source} is blank: treated as unset ({_instead(opt, sources)})")
+    for said in _unknown_variables(os.environ):
+        say(config, said)
     return Settings(**values, sources=sources)
+
+
+def _unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """What to say of each ``HPML_*`` variable that is no option (``HPML_TRESHOLD``): ignored,
+    and the option it may stand for. pytest says the same of an unknown ini key; the internal
+    variables (:data:`INTERNAL_PREFIXES`) are no user's."""
+    known = sorted(opt.env for opt in OPTIONS)
+    said = []
+    for name in sorted(environ):
+        if not name.startswith("HPML_") or name in known or name.startswith(INTERNAL_PREFIXES):
+            continue
+        # compared without the HPML_ all share: HPML_FOO is no near miss of HPML_REPORT
+        near = difflib.get_close_matches(name[5:].upper(), [k[5:] for k in known], n=1)
+        hint = f"did you mean HPML_{near[0]}?" if near else "pytest --help lists the options"
+        said.append(f"{name} is no option of pytest-hpml and is ignored; {hint}")
+    return said
 
 
 def _instead(opt: Option, sources: dict[str, str]) -> str:
@@ -760,7 +874,7 @@ def _instead(opt: Option, sources: dict[str, str]) -> str:
     return f"default {opt.default}" if opt.default else "default: none"
 
 
-def _say(config: pytest.Config, message: str) -> None:
+def say(config: pytest.Config, message: str) -> None:
     """A warning at configure time, in the warnings summary; a usage error where the run's
     -W or filterwarnings turn warnings into errors (else pytest shows an INTERNALERROR)."""
     try:
@@ -840,7 +954,7 @@ def _check_benchmark_plugin(
             f"pytest-benchmark {said}, but {given[0]} asks for pytest-hpml's benchmarks, "
             "which measure with its benchmark fixture; drop one"
         )
-    _say(
+    say(
         config,
         f"pytest-benchmark {said}: pytest-hpml's benchmarks, turned on by "
         f"{sources['benchmarks']}, are off for this run",

@@ -20,13 +20,13 @@ import os
 import signal
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
 
-from .options import SETTINGS_KEY, Settings
+from .options import SETTINGS_KEY, Settings, digits, quoted, say, whole
 
 # The rerun channel (Note [Internal variables]): the path of the JSON that tells a rerun process
 # what to do, in a variable no user sets by accident, acted on only when the file is a request
@@ -48,6 +48,7 @@ LAUNCHERS = (
 # (torchrun, DeepSpeed's, Kubeflow's, accelerate's) sets them, a shell left over does not
 # (Note [Launches]).
 RENDEZVOUS_ENV = ("MASTER_ADDR", "MASTER_PORT")
+MAX_RANK = 2**31 - 1  # torch.distributed's ranks and world sizes are C ints
 
 
 class Role(enum.Enum):
@@ -66,26 +67,57 @@ class Launch(NamedTuple):
     world_size: int
     local_rank: int
     launcher: str  # torchrun, mpirun, srun, or pytest-hpml (a spawned rank)
+    local_given: bool = True  # False: no local rank variable, so 0 (Note [Launches])
 
     @property
     def spawned(self) -> bool:
         return self.launcher == "pytest-hpml"
 
 
+class BadLaunch(Exception):
+    """Rank variables that cannot be a launch this process is part of: why, and the variables
+    of the launcher they belong to."""
+
+    def __init__(self, why: str, names: Sequence[str]) -> None:
+        super().__init__(why)
+        self.why = why
+        self.names = tuple(names)
+
+
 def launch_from(environ: Mapping[str, str]) -> Launch | None:
     """The launch this process belongs to, from its environment; None when it is no rank.
 
-    An ``srun`` or ``mpirun`` of a single task is no launch: pytest then spawns ranks itself.
+    A launcher's variables are there when its rank and world size are (an empty one is unset);
+    each one there must then be a whole number in ASCII digits, or :class:`BadLaunch` says
+    which is not. Without the local rank (Kubeflow's PyTorchJob sets none), it is 0: one rank
+    per machine. An ``srun`` or ``mpirun`` of a single task is no launch: pytest then spawns
+    ranks itself.
     """
     for launcher, names in LAUNCHERS:
-        if all(environ.get(name, "").isdecimal() for name in names):
-            rank, size, local = (int(environ[name]) for name in names)
-            if size < 2 and launcher != "torchrun":
-                return None
-            if environ.get(RANK_RESULT_ENV):
-                launcher = "pytest-hpml"
-            return Launch(rank, size, local, launcher)
+        values = [environ.get(name) or None for name in names]
+        if values[0] is None or values[1] is None:
+            continue
+        rank, size, local = (_rank_number(name, value, names) for name, value in zip(names, values))
+        if size < 2 and launcher != "torchrun":
+            return None
+        if environ.get(RANK_RESULT_ENV):
+            launcher = "pytest-hpml"
+        return Launch(rank, size, local or 0, launcher, local is not None)
     return None
+
+
+def _rank_number(name: str, value: str | None, names: Sequence[str]) -> int | None:
+    """A rank variable's number (None where unset), compared with its bound before int() sees
+    it; :class:`BadLaunch` if it is none. ASCII digits only: torch's env:// reading would take
+    ``" 0 "`` or another script's digits, a shell or another launcher reading them would not."""
+    if value is None:
+        return None
+    number = whole(value, MAX_RANK) if digits(value) else None
+    if number is None:
+        raise BadLaunch(
+            f"{name}={quoted(value)} is no number from 0 to {MAX_RANK} in ASCII digits", names
+        )
+    return number
 
 
 LAUNCH_KEY = pytest.StashKey["Launch | None"]()
@@ -98,7 +130,7 @@ def launch_problem(environ: Mapping[str, str], here: Launch) -> str | None:
     if here.spawned:
         return None
     names = dict(LAUNCHERS)[here.launcher]
-    given = " ".join(f"{name}={environ[name]}" for name in names)
+    given = " ".join(f"{name}={environ[name]}" for name in names if environ.get(name))
     if here.world_size < 1 or max(here.rank, here.local_rank) >= here.world_size:
         return f"{given}: {names[0]} and {names[2]} must be below {names[1]}"
     missing = [name for name in RENDEZVOUS_ENV if not environ.get(name)]
@@ -108,8 +140,8 @@ def launch_problem(environ: Mapping[str, str], here: Launch) -> str | None:
             "(torchrun, like every launcher of torch.distributed ranks, sets both)"
         )
     port = environ.get("MASTER_PORT", "")
-    if port and not (port.isdecimal() and 0 < int(port) < 1 << 16):
-        return f"{given}, MASTER_PORT={port}: MASTER_PORT is no port number (1 to 65535)"
+    if port and not (digits(port) and whole(port, 65535)):
+        return f"{given}, MASTER_PORT={quoted(port)}: MASTER_PORT is no port number (1 to 65535)"
     return None
 
 
@@ -117,14 +149,23 @@ def launch(config: pytest.Config) -> Launch | None:
     """This process's launch (read once per session), or None when it is no rank. Rank
     variables that cannot be a launch are a usage error (:func:`launch_problem`)."""
     if LAUNCH_KEY not in config.stash:
-        here = launch_from(os.environ)
-        problem = launch_problem(os.environ, here) if here is not None else None
-        if here is not None and problem:
-            names = ", ".join(dict(LAUNCHERS)[here.launcher])
+        try:
+            here = launch_from(os.environ)
+            problem = launch_problem(os.environ, here) if here is not None else None
+            if here is not None and problem:
+                raise BadLaunch(problem, dict(LAUNCHERS)[here.launcher])
+        except BadLaunch as exc:
             raise pytest.UsageError(
-                f"hpml: {problem}. Unset {names} to run the tests in this process (a "
-                "@pytest.mark.distributed test starts ranks of its own), or start pytest with "
+                f"hpml: {exc.why}. Unset {', '.join(exc.names)} to run the tests in this process "
+                "(a @pytest.mark.distributed test starts ranks of its own), or start pytest with "
                 "its launcher"
+            ) from None
+        if here is not None and not here.local_given:
+            local = dict(LAUNCHERS)[here.launcher][2]
+            say(
+                config,
+                f"hpml: {local} is not set: local rank 0, one rank per machine (as Kubeflow's "
+                f"PyTorchJob starts them); set {local} where a machine runs several ranks",
             )
         config.stash[LAUNCH_KEY] = here
     return config.stash[LAUNCH_KEY]
@@ -161,7 +202,7 @@ def rerun_request() -> dict[str, Any] | None:
     :data:`RERUN_ENV` naming no request made for this process is a usage error, and its file
     is left as it was (Note [Internal variables])."""
     path = os.environ.get(RERUN_ENV)
-    if not path:
+    if not (path and path.strip()):  # blank is unset; pytest-hpml clears it so for its ranks
         return None
     request, refused = _take_request(path)
     if refused:

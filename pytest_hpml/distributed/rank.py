@@ -15,13 +15,17 @@ it waits for the others, and for how long (Note [Launches]).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import faulthandler
 import hashlib
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -178,15 +182,38 @@ def init_process_group(config: pytest.Config, here: Launch) -> None:
         torch.cuda.set_device(here.local_rank)
     timeout = datetime.timedelta(seconds=seconds)
     try:
-        dist.init_process_group(
-            backend, rank=here.rank, world_size=here.world_size, timeout=timeout
-        )
+        with _torch_log_held():
+            dist.init_process_group(
+                backend, rank=here.rank, world_size=here.world_size, timeout=timeout
+            )
     except Exception as exc:  # a store that timed out, an address that does not resolve...
         said = (str(exc).strip().splitlines() or [""])[0]
         raise pytest.UsageError(
             f"hpml: {_who(here)} could not join the process group at {where} ({backend}) "
             f"within {seconds:g} s: {type(exc).__name__}: {said}"
         ) from None
+
+
+@contextlib.contextmanager
+def _torch_log_held() -> Iterator[None]:
+    """Hold what is written to file descriptor 2 while the process group is made: torch's C++
+    log of each failed try to reach the store carries the C++ backtrace of its exception (some
+    40 lines a try). A group that is made writes it out as it was; one that is not drops it,
+    and the usage error gives torch's first line (Note [Launches])."""
+    sys.stderr.flush()
+    saved, made = os.dup(2), False
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+            made = True
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if made:
+                log.seek(0)
+                with open(2, "wb", closefd=False) as stderr:
+                    shutil.copyfileobj(log, stderr)
 
 
 def _group_settings(config: pytest.Config, here: Launch) -> tuple[str, str, float]:

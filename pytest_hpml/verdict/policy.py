@@ -85,8 +85,11 @@ def _allows(amount: metrics.Amount, comparison: stats.Comparison) -> bool:
 
 
 def _accept(comparison: stats.Comparison, said: Mapping[str, str]) -> stats.Comparison:
-    amount = metrics.parse_amount("", said["change"])
-    why = f"expect_change({amount}): {said['reason']}"
+    amount = metrics.parse_amount(said.get("change"))
+    if amount is None:  # checked at the call: only an edited rerun file or report gets here
+        reason = f"expect_change's amount {said.get('change')!r} cannot be read; not applied"
+        return dataclasses.replace(comparison, reason=joined(comparison.reason, reason))
+    why = f"expect_change({amount}): {said.get('reason')}"
     if comparison.verdict in (stats.REGRESSED, stats.CHANGED):
         if _allows(amount, comparison):
             reason = joined(comparison.reason, f"accepted by {why}")
@@ -116,12 +119,16 @@ def unrecorded(
     said = []
     for what, given, known, verb, listed in checks:
         missing = sorted(name for name in given if name not in {*known, "instructions"})
-        if missing:
+        if missing:  # quoted: a name may be empty, or hold a comma
             said.append(
-                f"{what} names {', '.join(missing)}, which this benchmark does not {verb} "
-                f"{', '.join(sorted(listed)) or 'nothing'}"
+                f"{what} names {_quoted(missing)}, which this benchmark does not {verb} "
+                f"{_quoted(sorted(listed)) or 'nothing'}"
             )
     return said
+
+
+def _quoted(names: list[str]) -> str:
+    return ", ".join(repr(name) for name in names)
 
 
 def counter_names(recorded: Mapping[str, Any]) -> set[str]:
