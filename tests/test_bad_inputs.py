@@ -478,6 +478,18 @@ READ: list[Case] = [
         },
     ),
     Case(
+        "baseline-fingerprint-that-is-no-object",
+        ("--hpml-benchmarks", "--hpml-bench-time=0.2"),
+        r"is not a pytest-hpml baseline \(fingerprint is 'x', not an object\)",
+        FAILED,
+        files={
+            "test_bench.py": BENCH,
+            MACHINE: json.dumps(
+                {"format": "pytest-hpml-baselines/1", "fingerprint": "x", "entries": {}}
+            ),
+        },
+    ),
+    Case(
         "baseline-entry-without-a-test-id",
         ("--hpml-benchmarks",),
         r'entries\[""\]: an entry without a test id; not used',

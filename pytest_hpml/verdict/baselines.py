@@ -85,6 +85,8 @@ def _shape_problem(data: Any) -> str | None:
     entries = data.get("entries")
     if not isinstance(entries, dict):
         return "entries is not an object"
+    if not isinstance(data.get("fingerprint", {}), dict):
+        return f"fingerprint is {data['fingerprint']!r}, not an object"
     for test, metrics in entries.items():
         if not isinstance(metrics, dict):
             return f"{at('entries', test)} is not an object of metrics"
