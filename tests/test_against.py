@@ -102,6 +102,27 @@ def test_an_unchanged_tree_passes_against_head(repo: Project) -> None:
     assert worktrees(repo.path) == [str(repo.path)]
 
 
+def test_progress_lines_say_how_far_the_pairs_got_in_a_log(repo: Project) -> None:
+    """Not on a terminal (a subprocess's output is a pipe): a line as the pairs start and one
+    as they end, between the last test line and the summary; none with -qq."""
+    result = repo.run_subprocess("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=2")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "test_inner.py .. * [[]100%[]]",
+            "hpml: measuring 2 pairs of fresh processes, base and head alternating",
+            "hpml: pair 2 of 2 done (* s)",
+            "",
+            "=* hpml benchmarks =*",
+        ],
+        consecutive=True,
+    )
+    quiet = repo.run("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=2", "-qq")
+    assert quiet.ret == pytest.ExitCode.OK, quiet.stdout.str()
+    assert "hpml: 2 pair(s) of processes, base and head alternating" in quiet.stdout.str()
+    assert [line for line in quiet.outlines if "hpml: measuring" in line or " done (" in line] == []
+
+
 def test_the_base_side_runs_the_base_code_first_on_sys_path(repo: Project) -> None:
     """Each side imports its own tree's ``work``: a faster working tree improves."""
     repo.pytester.makepyfile(work=WORK.format(scale=0.25))

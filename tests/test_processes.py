@@ -174,6 +174,30 @@ def test_compare_pools_the_processes_of_both_sides(project3: Project) -> None:
     assert len(ran(project3)) == 4
 
 
+def test_progress_lines_say_how_far_the_other_processes_got_in_a_log(project: Project) -> None:
+    """Comparing with a stored baseline in 2 processes, not on a terminal (a subprocess's
+    output is a pipe): a line as the other process starts and one as it ends; none with -qq."""
+    project.write_tests(WORK)
+    project.bench("--hpml-baseline=update")
+    result = project.run_subprocess(BENCH_TIME, "--hpml-processes=2")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "test_inner.py . * [[]100%[]]",
+            "hpml: measuring 1 benchmark in 1 more fresh process, 2 in all",
+            "hpml: process 2 of 2 done (* s)",
+            "",
+            "=* hpml benchmarks =*",
+        ],
+        consecutive=True,
+    )
+    result.stdout.fnmatch_lines(["hpml: 1 benchmark(s) measured in 2 processes (*"])
+    quiet = project.bench("--hpml-processes=2", "-qq")
+    assert quiet.ret == pytest.ExitCode.OK, quiet.stdout.str()
+    assert "hpml: 1 benchmark(s) measured in 2 processes" in quiet.stdout.str()
+    assert [line for line in quiet.outlines if "hpml: measuring" in line or " done (" in line] == []
+
+
 def test_append_keeps_every_process_run_as_earlier_runs(project3: Project) -> None:
     project3.bench("--hpml-baseline=update", "--hpml-record-processes=2")
     project3.bench("--hpml-baseline=append", "--hpml-record-processes=2")

@@ -435,10 +435,18 @@ class Counting:
 Ask = Callable[..., tuple[subprocess.CompletedProcess[str], "dict[str, Any] | None"]]
 
 
-def count(tests: Sequence[str], sides: Mapping[str, Ask]) -> Counting:
+def _unshown(done: int, note: str | None = None) -> None:
+    """Progress that no one is shown."""
+
+
+def count(
+    tests: Sequence[str], sides: Mapping[str, Ask], step: Callable[..., None] = _unshown
+) -> Counting:
     """Count the instructions of ``tests`` in one process under callgrind per side, asked
     through each side's ``ask`` (a rerun's :func:`~pytest_hpml.bench.reruns.ask`, with the
-    side's interpreter and tree bound). Ctrl-C ends it as a rerun's does."""
+    side's interpreter and tree bound). ``step(done, note)`` is told when the processes start
+    and as each one ends (a :class:`~pytest_hpml.config.progress.Progress`'s). Ctrl-C ends it
+    as a rerun's does."""
     found = Counting(tests=len(tests))
     why = unavailable()
     if why or not tests:
@@ -458,13 +466,22 @@ def count(tests: Sequence[str], sides: Mapping[str, Ask]) -> Counting:
     # The sides' processes run at once where there are cores for them: a count does not
     # depend on what runs beside it (Note [Instruction counts]), and valgrind is slow.
     workers = max(1, min(len(sides), usable_cpus()))
+    step(0, _order(list(sides), workers))
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            for side, done, answer in pool.map(one, sides):
+            for ended, (side, done, answer) in enumerate(pool.map(one, sides), 1):
                 _take(found, side, done, answer)
+                step(ended)
     finally:
         found.seconds = time.monotonic() - start
     return found
+
+
+def _order(sides: Sequence[str], workers: int) -> str:
+    """How the sides' processes run, as the progress line says it."""
+    if len(sides) < 2:
+        return ""
+    return f"{' and '.join(sides)} at once" if workers > 1 else ", then ".join(sides)
 
 
 def _take(

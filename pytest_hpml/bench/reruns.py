@@ -32,6 +32,7 @@ from typing import Any, Callable
 import pytest
 
 from ..config.invocation import child_args, keep_only
+from ..config.progress import Progress, plural
 from ..config.role import RERUN_ENV, RERUN_FORMAT, RERUN_PREFIX, die_with_parent, measuring_threads
 from ..storage.reader import Unreadable, read_json
 from .metrics import is_sampled
@@ -60,15 +61,24 @@ def measure_again(
     pytest does, keeping what the processes that finished measured."""
     found = Reruns()
     start = time.monotonic()
-    for index in range(count):
-        number, total = index + 2, count + 1
-        try:
-            done, results = _measure_in_one(config, tests, bench_time)
-        except KeyboardInterrupt:
-            found.notes.append(f"process {number} of {total} measured nothing (interrupted)")
-            interrupted(config)
-            break
-        _take(found, results, done, number, total)
+    doing = (
+        f"measuring {plural(len(tests), 'benchmark')} in {plural(count, 'more fresh process')}"
+        f", {count + 1} in all"
+    )
+    # the session itself was the first process: the estimate rests on the others
+    with Progress(config, "processes", count + 1, one="process", doing=doing, done=1) as progress:
+        for index in range(count):
+            number, total = index + 2, count + 1
+            progress.step(number - 1)
+            try:
+                done, results = _measure_in_one(config, tests, bench_time)
+            except KeyboardInterrupt:
+                progress.close()  # its line ended before pytest says where Ctrl-C hit
+                found.notes.append(f"process {number} of {total} measured nothing (interrupted)")
+                interrupted(config)
+                break
+            _take(found, results, done, number, total)
+            progress.step(number)
     found.seconds = time.monotonic() - start
     return found
 

@@ -29,6 +29,7 @@ import pytest
 
 from ..config.invocation import child_args
 from ..config.options import SETTINGS_KEY, given, shown
+from ..config.progress import Progress, plural
 from . import reruns
 
 BASE, HEAD = "base", "head"
@@ -158,20 +159,25 @@ class Against:
         pytest does, keeping the pairs completed."""
         found = Pairs(self.base, self.head)
         start = time.monotonic()
-        for index in range(pairs):
-            order = (self.base, self.head) if index % 2 == 0 else (self.head, self.base)
-            pair: dict[str, dict[str, dict[str, Any]]] = {}
-            # the first complete pairs record the counts: two a side show whether they vary
-            complete = sum(bool(p.get(BASE) and p.get(HEAD)) for p in found.measured)
-            counts = complete < COUNTED_PAIRS
-            try:
-                for side in order:
-                    pair[side.name] = self._one(found, side, tests, bench_time, counts)
-            except KeyboardInterrupt:
-                found.notes.append(f"pair {index + 1} of {pairs} not completed (interrupted)")
-                reruns.interrupted(self.config)
-                break
-            found.measured.append(pair)
+        doing = f"measuring {plural(pairs, 'pair')} of fresh processes, base and head alternating"
+        with Progress(self.config, "pairs", pairs, one="pair", doing=doing) as progress:
+            for index in range(pairs):
+                order = (self.base, self.head) if index % 2 == 0 else (self.head, self.base)
+                progress.step(index, f"{order[0].name} then {order[1].name}")
+                pair: dict[str, dict[str, dict[str, Any]]] = {}
+                # the first complete pairs record the counts: two a side show whether they vary
+                complete = sum(bool(p.get(BASE) and p.get(HEAD)) for p in found.measured)
+                counts = complete < COUNTED_PAIRS
+                try:
+                    for side in order:
+                        pair[side.name] = self._one(found, side, tests, bench_time, counts)
+                except KeyboardInterrupt:
+                    progress.close()  # its line ended before pytest says where Ctrl-C hit
+                    found.notes.append(f"pair {index + 1} of {pairs} not completed (interrupted)")
+                    reruns.interrupted(self.config)
+                    break
+                found.measured.append(pair)
+                progress.step(index + 1, "")
         found.seconds = time.monotonic() - start
         return found
 

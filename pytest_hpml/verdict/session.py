@@ -22,6 +22,7 @@ from ..bench.fixture import BENCHMARK_KEY
 from ..bench.metrics import is_sampled
 from ..config import markers
 from ..config.options import Settings
+from ..config.progress import Progress, plural
 from ..config.role import Duty, duty, is_controller, settings
 from ..hardware import fingerprint
 from ..storage.writer import Refused
@@ -43,6 +44,23 @@ def pair_window(settings: Settings, benchmarks: int) -> float:
     """Seconds of rounds a benchmark gets in each process of the pairs, with --hpml-against."""
     shared = settings.bench_time / (2 * settings.pairs)
     return max(shared, min(settings.bench_time, PAIR_WINDOW) / max(benchmarks, 1))
+
+
+def counting_progress(config: pytest.Config, tests: int, processes: int) -> Progress:
+    """The progress of the processes under valgrind (--hpml-instructions); they run at once
+    where there are cores for them, so the first to end tells nothing of the others."""
+    doing = (
+        f"counting the instructions of {plural(tests, 'benchmark')} under valgrind, "
+        f"in {plural(processes, 'process')}"
+    )
+    return Progress(
+        config,
+        "processes under valgrind",
+        processes,
+        one="process under valgrind",
+        doing=doing,
+        estimate=False,
+    )
 
 
 class Verdicts:
@@ -194,8 +212,10 @@ class Verdicts:
             sides = {"head": functools.partial(reruns.ask, self.config, bench_time=0.0)}
         else:
             sides = {side.name: against.asker(side) for side in (against.base, against.head)}
+        progress = counting_progress(self.config, len(tests), len(sides))
         try:
-            self.counting = instructions.count(tests, sides)
+            with progress:
+                self.counting = instructions.count(tests, sides, progress.step)
         except KeyboardInterrupt:
             self.counting = instructions.Counting(notes=["instructions not counted (interrupted)"])
             reruns.interrupted(self.config)
