@@ -228,7 +228,7 @@ OPTIONS: list[Case] = [
     Case(
         "backend-with-an-empty-mode",
         ("--hpml-backend=inductor:",),
-        r"argument --hpml-backend: invalid backend 'inductor:': only inductor takes a mode",
+        r"argument --hpml-backend: invalid backend 'inductor:': '' is no mode of inductor",
         USAGE,
     ),
     # a value that would be ignored: a typo of a variable, a TOML list

@@ -60,10 +60,6 @@ def test_example_runs_its_slow_test_and_benchmarks_when_asked(example: pytest.Py
     )  # fmt: skip
     result.assert_outcomes(passed=3, deselected=9)
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(
-        [
-            "*benchmark: 2 tests*",
-            "test_train_step_speed[[]cpu-fp32[]] *",
-            "test_train_step_speed[[]cpu-bf16[]] *",
-        ]
-    )
+    # pytest-benchmark's table lists the faster first, whichever that is on this machine
+    for row in ("test_train_step_speed[[]cpu-fp32[]] *", "test_train_step_speed[[]cpu-bf16[]] *"):
+        result.stdout.fnmatch_lines(["*benchmark: 2 tests*", row])

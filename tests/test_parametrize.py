@@ -242,8 +242,8 @@ def test_a_tests_own_values_the_options_refuse_fail_it_at_setup_in_one_line(
         "NoneType",
         "test_backend[no_such_backend]": "unknown torch.compile backend no_such_backend; "
         "choose from ",
-        "test_backend[inductor:fast]": "invalid backend 'inductor:fast': only inductor takes a "
-        "mode",
+        "test_backend[inductor:fast]": "invalid backend 'inductor:fast': 'fast' is no mode of "
+        "inductor",
         "test_dist_backend[tcp]": "unknown distributed backend 'tcp'; choose from auto, gloo, "
         "nccl, mpi",
         "test_seed[-1]": "seed must be in [0, 2**32), got -1",

@@ -129,10 +129,15 @@ def parse_backends(value: str) -> tuple[str, ...]:
         name, colon, mode = item.partition(":")
         if not _BACKEND.fullmatch(name):
             raise argparse.ArgumentTypeError(f"invalid backend name {quoted(name)}")
-        if colon and (name != "inductor" or mode not in COMPILE_MODES):  # "inductor:" too
+        if colon and name != "inductor":
             raise argparse.ArgumentTypeError(
                 f"invalid backend {quoted(item)}: only inductor takes a mode, one of "
                 + ", ".join(COMPILE_MODES)
+            )
+        if colon and mode not in COMPILE_MODES:  # "inductor:" too
+            raise argparse.ArgumentTypeError(
+                f"invalid backend {quoted(item)}: {quoted(mode)} is no mode of inductor; "
+                "choose from " + ", ".join(COMPILE_MODES)
             )
     return tuple(items)
 
