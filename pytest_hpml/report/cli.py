@@ -201,19 +201,11 @@ def load_report(path: Path) -> dict[str, Any]:
     return data
 
 
-def _is_report(path: Path) -> bool:
-    try:
-        data = reader.read_json(path, "file")
-    except (OSError, reader.Unreadable):
-        return False
-    return isinstance(data, dict) and data.get("format") == files.REPORT_FORMAT
-
-
 def load_entries(path: Path, said: list[str]) -> Entries:
     """The records of a baseline file or a JSON report, test id -> metric -> record; the
     unusable ones are left out, printed and added to ``said`` (the command then exits 2, as
     ``list`` does for a bad file)."""
-    if _is_report(_existing(path)):
+    if files.is_report(_existing(path)):
         return {r["test"]: r["metrics"] for r in load_report(path)["results"]}
     data = baselines.load(path)
     for problem in baselines.unusable(data):
@@ -225,7 +217,7 @@ def load_entries(path: Path, said: list[str]) -> Entries:
 def _holds(path: Path) -> Callable[[dict[str, Any]], bool] | None:
     """Which records a baseline file holds: portable ones, one machine's, or instruction counts
     (each kind has a file of its own); None for a JSON report, which holds them all."""
-    if _is_report(path):
+    if files.is_report(path):
         return None
     data = baselines.load(path)
     if "counted_on" in data:
@@ -417,20 +409,16 @@ def run_render(args: argparse.Namespace) -> int:
 def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse, before writing anything, an output that is the report read, the other output,
     a baseline file or a file that is not such a report (Note [Files])."""
-    named = {"--md": args.md, "--html": args.html}
+    named = [("--md", "report_md", args.md), ("--html", "report_html", args.html)]
+    asked = [(option, dest, path) for option, dest, path in named if path is not None]
     taken = {os.path.realpath(args.report): "the report read"}
-    for option, path in named.items():
-        if path is None:
-            continue
-        same = taken.setdefault(os.path.realpath(path), option)
-        dest = "report_md" if option == "--md" else "report_html"
-        problem = (
-            f"is also {same}; name a file of its own"
-            if same != option
-            else files.output_problem(path, dest, None, None)
-        )
-        if problem:
-            raise writer.Refused(f"{option} {path} {problem}")
+    found = files.first_problem(
+        asked, taken, lambda other: f"is also {other}; name a file of its own", None, None
+    )
+    if found:
+        option, _, problem = found
+        path = next(path for name, _, path in asked if name == option)
+        raise writer.Refused(f"{option} {path} {problem}")
 
 
 def _write_html(args: argparse.Namespace, document: dict[str, Any]) -> None:

@@ -32,7 +32,8 @@ REPORT_FORMAT = "pytest-hpml-report/1"
 MARKDOWN_COLUMNS = (*COLUMNS, "reason")
 
 
-def _is_report(path: Path) -> bool:
+def is_report(path: Path) -> bool:
+    """Whether ``path`` holds a pytest-hpml JSON report (readable, of this format)."""
     try:
         document = reader.read_json(path, "file")
     except (OSError, reader.Unreadable):
@@ -53,7 +54,7 @@ def _head(path: Path, size: int = 4096) -> str:
 # not is never replaced: Note [Files]). The Markdown begins with its heading, the HTML has its
 # title in its head: a README that merely names pytest-hpml is neither.
 OUTPUTS: dict[str, tuple[str, Callable[[Path], bool]]] = {
-    "report": ("JSON report", _is_report),
+    "report": ("JSON report", is_report),
     "report_md": ("Markdown summary", lambda p: _head(p).startswith(MARKDOWN_HEADING)),
     "report_html": ("HTML report", lambda p: HTML_TITLE in _head(p)),
 }
@@ -65,25 +66,43 @@ def check_paths(chosen: Any, baseline_mode: str, root: Path) -> None:
     the run or a file that is not a report: found at the end, the measurements of the whole run
     would be lost."""
     directory = Path(root, chosen.baseline_dir)
-    taken: dict[str, str] = {}  # a resolved output path -> the option that names it
-    for dest in OUTPUTS:
-        given = getattr(chosen, dest)
-        if not given:
-            continue
-        path = Path(root, given)
-        same = taken.setdefault(os.path.realpath(path), _where(chosen, dest))
-        problem = (
-            f"is also {same}'s file; each report needs a path of its own"
-            if same != _where(chosen, dest)
-            else output_problem(path, dest, root, directory)
-        )
-        if problem:
-            raise pytest.UsageError(f"{_where(chosen, dest)}: {given} {problem}")
+    asked = [
+        (_where(chosen, dest), dest, Path(root, getattr(chosen, dest)))
+        for dest in OUTPUTS
+        if getattr(chosen, dest)
+    ]
+
+    def clash(other: str) -> str:
+        return f"is also {other}'s file; each report needs a path of its own"
+
+    found = first_problem(asked, {}, clash, root, directory)
+    if found:
+        where, dest, problem = found
+        raise pytest.UsageError(f"{where}: {getattr(chosen, dest)} {problem}")
     if baseline_mode != "off":
         problem = _directory_problem(directory, root, baseline_mode in ("update", "append"))
         if problem:
             where = _where(chosen, "baseline_dir")
             raise pytest.UsageError(f"{where}: {chosen.baseline_dir} {problem}")
+
+
+def first_problem(
+    outputs: list[tuple[str, str, Path]],
+    taken: dict[str, str],
+    clash: Callable[[str], str],
+    root: Path | None,
+    baseline_dir: Path | None,
+) -> tuple[str, str, str] | None:
+    """The first of ``outputs`` (label, OUTPUTS key, path) that cannot be written, as (label,
+    key, why): a path another output, or an input in ``taken`` (resolved path -> label), has
+    already (``clash(its label)`` says so), or :func:`output_problem`'s reason. None if all
+    can be written."""
+    for label, dest, path in outputs:
+        same = taken.setdefault(os.path.realpath(path), label)
+        problem = clash(same) if same != label else output_problem(path, dest, root, baseline_dir)
+        if problem:
+            return label, dest, problem
+    return None
 
 
 def _directory_problem(directory: Path, root: Path, recording: bool) -> str | None:
