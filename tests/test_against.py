@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.conftest import BENCH_TIME, committed, git
+from tests.conftest import BENCH_TIME, TIMES_UNJUDGED, committed, git
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -105,7 +105,9 @@ def test_an_unchanged_tree_passes_against_head(repo: Project) -> None:
 def test_progress_lines_say_how_far_the_pairs_got_in_a_log(repo: Project) -> None:
     """Not on a terminal (a subprocess's output is a pipe): a line as the pairs start and one
     as they end, between the last test line and the summary; none with -qq."""
-    result = repo.run_subprocess("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=2")
+    result = repo.run_subprocess(
+        "--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=2", TIMES_UNJUDGED
+    )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(
         [
@@ -117,7 +119,7 @@ def test_progress_lines_say_how_far_the_pairs_got_in_a_log(repo: Project) -> Non
         ],
         consecutive=True,
     )
-    quiet = repo.run("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=2", "-qq")
+    quiet = repo.run("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=2", "-qq", TIMES_UNJUDGED)
     assert quiet.ret == pytest.ExitCode.OK, quiet.stdout.str()
     assert "hpml: 2 pair(s) of processes, base and head alternating" in quiet.stdout.str()
     assert [line for line in quiet.outlines if "hpml: measuring" in line or " done (" in line] == []

@@ -3,7 +3,7 @@ real valgrind counts a small training step; a planted change of torch work and o
 Python work are each caught and attributed to the function that ran the extra instructions.
 
 The inner project records its counts with nothing planted, then is compared with ``PLANT=1``.
-Times are judged at a 99% threshold: only the counts can fail these runs.
+Times are judged at a 1000% threshold: only the counts can fail these runs.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 
 from pytest_hpml.bench import instructions
 from pytest_hpml.verdict.judge import OTHERS, explain
+from tests.conftest import TIMES_UNJUDGED
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -97,7 +98,7 @@ def test_opted_out(benchmark):
     benchmark(step)
 """
 
-COUNTED = ("--hpml-instructions", "--hpml-threshold=99%", "--hpml-bench-time=0.2")
+COUNTED = ("--hpml-instructions", TIMES_UNJUDGED, "--hpml-bench-time=0.2")
 TIMEOUT = 900  # seconds: valgrind translates torch's libraries at import, minutes when busy
 
 

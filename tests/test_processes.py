@@ -24,7 +24,7 @@ import pytest
 from pytest_hpml.bench import reruns
 from pytest_hpml.config import invocation
 from pytest_hpml.config.role import RERUN_ENV, RERUN_FORMAT, RERUN_PREFIX, rerun_request
-from tests.conftest import BENCH_TIME, WORK
+from tests.conftest import BENCH_TIME, TIMES_UNJUDGED, WORK
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -163,9 +163,7 @@ def test_compare_without_a_baseline_measures_in_one_process(project3: Project) -
 
 def test_compare_pools_the_processes_of_both_sides(project3: Project) -> None:
     project3.bench("--hpml-baseline=update", "--hpml-record-processes=2")
-    result = project3.bench(
-        "--hpml-processes=2", "--hpml-report=report.json", "--hpml-threshold=0.6"
-    )
+    result = project3.bench("--hpml-processes=2", "--hpml-report=report.json", TIMES_UNJUDGED)
     out = result.stdout.str()
     assert result.ret == pytest.ExitCode.OK, out
     [entry] = json.loads((project3.path / "report.json").read_text())["results"]
@@ -179,7 +177,7 @@ def test_progress_lines_say_how_far_the_other_processes_got_in_a_log(project: Pr
     output is a pipe): a line as the other process starts and one as it ends; none with -qq."""
     project.write_tests(WORK)
     project.bench("--hpml-baseline=update")
-    result = project.run_subprocess(BENCH_TIME, "--hpml-processes=2")
+    result = project.run_subprocess(BENCH_TIME, "--hpml-processes=2", TIMES_UNJUDGED)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(
         [
@@ -192,7 +190,7 @@ def test_progress_lines_say_how_far_the_other_processes_got_in_a_log(project: Pr
         consecutive=True,
     )
     result.stdout.fnmatch_lines(["hpml: 1 benchmark(s) measured in 2 processes (*"])
-    quiet = project.bench("--hpml-processes=2", "-qq")
+    quiet = project.bench("--hpml-processes=2", "-qq", TIMES_UNJUDGED)
     assert quiet.ret == pytest.ExitCode.OK, quiet.stdout.str()
     assert "hpml: 1 benchmark(s) measured in 2 processes" in quiet.stdout.str()
     assert [line for line in quiet.outlines if "hpml: measuring" in line or " done (" in line] == []

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.conftest import BENCH_TIME, committed
+from tests.conftest import BENCH_TIME, TIMES_UNJUDGED, committed
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -67,7 +67,9 @@ def test_against_measures_at_one_thread_where_the_test_imports_torch(
     project: Project, probe: Path
 ) -> None:
     committed(project, test_inner=IMPORTS_INSIDE)
-    result = project.run_subprocess("--hpml-against=HEAD", "--hpml-pairs=2", BENCH_TIME)
+    result = project.run_subprocess(
+        "--hpml-against=HEAD", "--hpml-pairs=2", BENCH_TIME, TIMES_UNJUDGED
+    )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     found = probed(probe)
     assert len(found) >= 5  # the run's own process and both sides of two pairs
@@ -103,7 +105,11 @@ def test_counts_of_random_data_are_the_same_in_every_process(project: Project) -
     committed(project, test_inner=UNSEEDED)
     report = project.path / "r.json"
     result = project.run_subprocess(
-        "--hpml-against=HEAD", "--hpml-pairs=3", BENCH_TIME, f"--hpml-report={report}"
+        "--hpml-against=HEAD",
+        "--hpml-pairs=3",
+        BENCH_TIME,
+        TIMES_UNJUDGED,
+        f"--hpml-report={report}",
     )
     verdicts = json.loads(report.read_text())["results"][0]["verdicts"]
     counted = {name: v for name, v in verdicts.items() if name != "time"}
