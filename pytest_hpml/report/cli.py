@@ -4,6 +4,7 @@
     pytest-hpml show FILE [--test PATTERN]      the entries of a baseline file or report
     pytest-hpml diff OLD NEW                    median change per test and metric
     pytest-hpml render REPORT.json [--md OUT.md] [--html OUT.html] [--baselines DIR]
+    pytest-hpml merge R1.json R2.json ... -o MERGED.json [--md OUT.md] [--html OUT.html]
 
 It never imports torch: it is for looking at files from CI on any machine. Unreadable files are
 one-line errors and exit status 2.
@@ -24,7 +25,7 @@ from typing import Any, NoReturn, TextIO
 from ..bench.metrics import kind_of, per_second
 from ..config.options import number
 from ..storage import reader, writer
-from ..verdict import baselines, judge, stats
+from ..verdict import baselines, judge, policy, stats
 from ..verdict.baselines import BaselineError
 from . import files, text
 from .html import ReportError
@@ -73,6 +74,25 @@ def parser() -> argparse.ArgumentParser:
     cmd.set_defaults(run=run_diff)
     cmd = add("render", help="the Markdown and/or HTML report of a JSON report")
     cmd.add_argument("report", type=Path, metavar="REPORT", help="from pytest --hpml-report")
+    _add_views(cmd)
+    cmd.set_defaults(run=run_render)
+    cmd = add(
+        "merge",
+        help="the JSON reports of a suite's shards (CI jobs) as one report and one verdict",
+        description="Join the shards' reports into one, judged together as one session; "
+        "exit status 1 if that fails, 0 if not, 2 for reports that are not shards of one run.",
+    )
+    cmd.add_argument("reports", type=Path, nargs="+", metavar="REPORT", help="one per shard")
+    cmd.add_argument(
+        "-o", "--output", type=Path, required=True, metavar="MERGED", help="the merged report"
+    )
+    _add_views(cmd)
+    cmd.set_defaults(run=run_merge)
+    return top
+
+
+def _add_views(cmd: argparse.ArgumentParser) -> None:
+    """The options of the Markdown and HTML reports drawn from a JSON report."""
     cmd.add_argument("--md", type=Path, metavar="OUT", help="write the Markdown summary here")
     cmd.add_argument("--html", type=Path, metavar="OUT", help="write the HTML report here")
     cmd.add_argument(
@@ -81,8 +101,6 @@ def parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="baseline directory whose samples to plot (default: the report's, in compare mode)",
     )
-    cmd.set_defaults(run=run_render)
-    return top
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -134,6 +152,8 @@ _REPORT_FIELDS: dict[str, tuple[type, ...]] = {
     "errors": (list, type(None)),
     "against": (dict, type(None)),
     "instructions": (dict, type(None)),
+    "counters": (str, type(None)),
+    "control": (dict, type(None)),
 }
 
 
@@ -177,7 +197,21 @@ def _result_problem(result: dict[str, Any]) -> str | None:
             return f"verdict {name!r} has a reason that is not text"
         if not _sides_ok(verdict.get("sides")):
             return f"verdict {name!r}: its sides are not head's and base's positive values, paired"
+        if not _before_ok(verdict.get(policy.BEFORE_CONTROL)):
+            return f"verdict {name!r}: {policy.BEFORE_CONTROL} is not a verdict and its reason"
     return None
+
+
+def _before_ok(before: Any) -> bool:
+    """What a verdict was before the session-wide control changed it (or none)."""
+    if before is None:
+        return True
+    return (
+        isinstance(before, dict)
+        and set(before) == {"verdict", "reason"}
+        and before["verdict"] in stats.VERDICTS
+        and isinstance(before["reason"], str)
+    )
 
 
 def _sides_ok(sides: Any) -> bool:
@@ -392,28 +426,69 @@ def run_render(args: argparse.Namespace) -> int:
     if not (args.md or args.html):
         raise BaselineError("render: say what to write, --md OUT and/or --html OUT")
     document = load_report(args.report)
-    _check_outputs(args)
+    _check_outputs({os.path.realpath(args.report): "the report read"}, _views(args))
+    _write_views(args, document, args.report)
+    return 0
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    """Merge the shards' reports (Note [Sharded runs]): exit 1 if the merged run fails."""
+    from . import merge
+
+    reports = [(path, load_report(path)) for path in args.reports]
+    read: dict[str, str] = {}
+    for path in args.reports:
+        resolved = os.path.realpath(path)
+        if resolved in read:
+            raise merge.Unmergeable(f"{path} is given twice: merge each shard's report once")
+        read[resolved] = f"the report read {path}"
+    _check_outputs(read, [("-o", "report", args.output), *_views(args)])
+    try:
+        document, repeated = merge.merge(reports)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+        raise BaselineError(f"the reports merged are malformed ({problem})") from None
+    files.write_json(args.output, document)
+    say(f"wrote {args.output}")
+    _write_views(args, document, args.output)
+    found = text.counts(document["results"])
+    said = ", ".join(f"{n:,} {v}" for v, n in found.items()) or "no metrics"
+    again = f", {repeated} in more than one (kept once)" if repeated else ""
+    failing = merge.failing(document)
+    say(
+        f"merged {len(reports)} reports: {len(document['results'])} tests{again}; {said}; "
+        f"{len(document['errors'])} errors: {'fail' if failing else 'pass'}"
+    )
+    return 1 if failing else 0
+
+
+def _views(args: argparse.Namespace) -> list[tuple[str, str, Path]]:
+    """The Markdown and HTML outputs asked for, as (option, OUTPUTS key, path)."""
+    named = [("--md", "report_md", args.md), ("--html", "report_html", args.html)]
+    return [(option, dest, path) for option, dest, path in named if path is not None]
+
+
+def _write_views(args: argparse.Namespace, document: dict[str, Any], report: Path) -> None:
+    """Write the Markdown and HTML reports asked for of ``document`` (read from, or written
+    to, ``report``); a :class:`BaselineError` if its values are of the wrong shape."""
     try:
         if args.md:
-            files.write_markdown(args.md, document, full_report=args.report)
+            files.write_markdown(args.md, document, full_report=report)
             say(f"wrote {args.md}")
         if args.html:
             _write_html(args, document)
             say(f"wrote {args.html}")
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         problem = f"{type(exc).__name__}: {exc}"
-        raise BaselineError(f"report {args.report} is malformed ({problem})") from None
-    return 0
+        raise BaselineError(f"report {report} is malformed ({problem})") from None
 
 
-def _check_outputs(args: argparse.Namespace) -> None:
-    """Refuse, before writing anything, an output that is the report read, the other output,
-    a baseline file or a file that is not such a report (Note [Files])."""
-    named = [("--md", "report_md", args.md), ("--html", "report_html", args.html)]
-    asked = [(option, dest, path) for option, dest, path in named if path is not None]
-    taken = {os.path.realpath(args.report): "the report read"}
+def _check_outputs(read: dict[str, str], asked: list[tuple[str, str, Path]]) -> None:
+    """Refuse, before writing anything, an output that is a report read (``read``: resolved
+    path -> what it is), another output, a baseline file or a file that is not a report of its
+    kind (Note [Files])."""
     found = files.first_problem(
-        asked, taken, lambda other: f"is also {other}; name a file of its own", None, None
+        asked, dict(read), lambda other: f"is also {other}; name a file of its own", None, None
     )
     if found:
         option, _, problem = found

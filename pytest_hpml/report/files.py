@@ -269,8 +269,26 @@ def _answer(document: dict[str, Any]) -> list[str]:
         f"{_judged(document)}.",
         "",
         f"Machine: {md(fingerprint.get('name', '?'))} ({md(fingerprint.get('id', '?'))}); "
-        f"verdicts: {verdicts}.",
+        f"verdicts: {verdicts}.{_merged(document)}",
     ]
+
+
+def _merged(document: dict[str, Any]) -> str:
+    """' Merged from 3 reports ...' for a report of ``pytest-hpml merge``, else ''."""
+    shards = document.get("shards")
+    if not isinstance(shards, list):
+        return ""
+    tested = (document.get("control") or {}).get("tested", 0)
+    machines = list(dict.fromkeys(f"{s.get('machine')} ({s.get('machine_id')})" for s in shards))
+    return (
+        f" Merged from {_plural(len(shards), 'report')} of one run's shards, their "
+        f"{_plural(tested, 'tested metric')} judged together (Note \\[Sharded runs\\])"
+        + (
+            f"; the shards ran on {', '.join(md(m) for m in machines)}."
+            if len(machines) > 1
+            else "."
+        )
+    )
 
 
 def _verdict(document: dict[str, Any], found: dict[str, int], errors: int) -> str:

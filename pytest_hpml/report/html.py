@@ -157,6 +157,15 @@ def _judged_by(document: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def _merged(document: dict[str, Any]) -> dict[str, str]:
+    """For a report of ``pytest-hpml merge``: the shards' reports it joined."""
+    shards = document.get("shards")
+    if not isinstance(shards, list):
+        return {}
+    names = [str(s.get("report", "?")) if isinstance(s, dict) else "?" for s in shards]
+    return {"merged from": ", ".join(names)}
+
+
 def _header(document: dict[str, Any]) -> str:
     results = document["results"]
     found = reports.counts(results)  # from the verdicts themselves, never a file's "counts"
@@ -166,6 +175,7 @@ def _header(document: dict[str, Any]) -> str:
         "commit": document.get("commit") or "?",
         "created": document.get("created") or "?",
         **_judged_by(document),
+        **_merged(document),
         **{k: _fact(fp.get(k)) for k in ("cpu", "cores", "gpus", "driver", "cuda", "torch")},
     }
     badges = "".join(

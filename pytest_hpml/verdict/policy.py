@@ -198,3 +198,35 @@ def traded(verdicts: dict[str, dict[str, Any]], strict: bool) -> int:
     return _changed(
         grown, f"traded for {fewer:,g} fewer syncs, each a wait where a transfer is not"
     )
+
+
+# Where a verdict changed by the session-wide steps below keeps what it was before them: a
+# report then holds what `pytest-hpml merge` needs to take the steps again over every shard's
+# metrics (Note [Sharded runs]).
+BEFORE_CONTROL = "before_control"
+
+
+def control(results: list[dict[str, Any]], strict: bool) -> tuple[int, int]:
+    """The steps that judge a session's verdicts together, once every metric is judged: the
+    Benjamini-Hochberg control over all tested metrics (Note [Many metrics]), then per test
+    the size counters a measured speed-up paid for and the transfers traded for syncs (Note
+    [Counter policy]). Each verdict these change (``results``' verdict dicts, in place) keeps
+    its earlier verdict and reason under BEFORE_CONTROL. Returns (demoted, tested): how many
+    changes the control demoted, and how many metrics rest on a test."""
+    everything = [v for result in results for v in result["verdicts"].values()]
+    before = [(v["verdict"], v.get("reason", "")) for v in everything]
+    demoted = stats.session_wide(everything)
+    for result in results:
+        paid_for(result["verdicts"], strict)
+        traded(result["verdicts"], strict)
+    for verdict, (was, why) in zip(everything, before):
+        if (verdict["verdict"], verdict.get("reason", "")) != (was, why):
+            verdict[BEFORE_CONTROL] = {"verdict": was, "reason": why}
+    return demoted, sum(v.get("confidence") is not None for v in everything)
+
+
+def uncontrolled(verdict: dict[str, Any]) -> dict[str, Any]:
+    """``verdict`` (a dict of a report) as it was before :func:`control`: what one test's run
+    found, before the other metrics of its session were counted."""
+    found = {k: v for k, v in verdict.items() if k != BEFORE_CONTROL}
+    return {**found, **verdict.get(BEFORE_CONTROL, {})}

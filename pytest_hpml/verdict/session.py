@@ -256,13 +256,8 @@ class Verdicts:
         judged."""
         if not self.judging:
             return
-        tested = [v for r in self.results for v in r["verdicts"].values()]
-        self.demoted = stats.session_wide(tested)
-        self.tested = sum(v.get("confidence") is not None for v in tested)
         strict = self.settings.counters == "strict"
-        for result in self.results:
-            policy.paid_for(result["verdicts"], strict)
-            policy.traded(result["verdicts"], strict)
+        self.demoted, self.tested = policy.control(self.results, strict)
 
     def judge(
         self,
