@@ -126,11 +126,7 @@ class Against:
         if self._describing.poll() is None:  # a run that ended before it was needed
             self._describing.kill()
             self._describing.communicate()
-        with contextlib.suppress(pytest.UsageError):  # then removed below, and pruned
-            _git(self.top, "worktree", "remove", "--force", str(self.directory))
-        shutil.rmtree(self.directory, ignore_errors=True)
-        with contextlib.suppress(pytest.UsageError):
-            _git(self.top, "worktree", "prune")
+        remove_worktree(self.top, self.directory)
 
     def environment(self, side: Side) -> dict[str, str]:
         """PYTHONPATH that puts ``side``'s code first: its rootdir, src/, the ini's paths."""
@@ -220,6 +216,16 @@ class Against:
             found.failed.setdefault(side.name, {}).setdefault(test, why)
         found.collected.setdefault(side.name, set()).update(answer.get("benchmarks", ()))
         return {result["test"]: result["metrics"] for result in answer["results"]}
+
+
+def remove_worktree(top: Path, directory: Path) -> None:
+    """Remove the worktree ``directory`` of the repository ``top`` and git's record of it;
+    safe to call twice, and on a worktree git never finished adding."""
+    with contextlib.suppress(pytest.UsageError):  # then removed below, and pruned
+        _git(top, "worktree", "remove", "--force", str(directory))
+    shutil.rmtree(directory, ignore_errors=True)
+    with contextlib.suppress(pytest.UsageError):
+        _git(top, "worktree", "prune")
 
 
 def _git(top: Path, *args: str) -> str:

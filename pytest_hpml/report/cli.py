@@ -5,6 +5,7 @@
     pytest-hpml diff OLD NEW                    median change per test and metric
     pytest-hpml render REPORT.json [--md OUT.md] [--html OUT.html] [--baselines DIR]
     pytest-hpml merge R1.json R2.json ... -o MERGED.json [--md OUT.md] [--html OUT.html]
+    pytest-hpml bisect GOOD BAD -k TEST [--metric NAME] [-- PYTEST_ARG...]
 
 It never imports torch: it is for looking at files from CI on any machine. Unreadable files are
 one-line errors and exit status 2.
@@ -34,7 +35,15 @@ Entries = dict[str, dict[str, Any]]  # test id -> metric -> record
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    ours, rest = given, []
+    if "--" in given:  # the rest is pytest's (bisect): argparse would read it as its own
+        ours, rest = given[: given.index("--")], given[given.index("--") + 1 :]
+    top = parser()
+    args = top.parse_args(ours)
+    if rest and args.run is not run_bisect:
+        top.error("arguments after -- are pytest's, for bisect only")
+    args.pytest_args = rest
     try:
         return args.run(args)
     except (reader.Unreadable, ReportError, OSError) as exc:
@@ -88,6 +97,26 @@ def parser() -> argparse.ArgumentParser:
     )
     _add_views(cmd)
     cmd.set_defaults(run=run_merge)
+    cmd = add(
+        "bisect",
+        usage="pytest-hpml bisect GOOD BAD -k TEST [--metric NAME] [-- PYTEST_ARG ...]",
+        help="the first commit between GOOD and BAD where a benchmark's metric changed",
+        description="Check out each commit needed in a temporary worktree and measure the test "
+        "there, halving the commits from GOOD to BAD (first parents). Arguments after -- go to "
+        "pytest (paths, --hpml-bench-time, --hpml-pairs, --hpml-threshold). Exit status 0 when "
+        "a commit is named, 1 when BAD's metric is GOOD's, 2 when it cannot search.",
+    )
+    cmd.add_argument("good", metavar="GOOD", help="a commit where the metric is as it was")
+    cmd.add_argument("bad", metavar="BAD", help="a later commit where it changed")
+    cmd.add_argument("-k", dest="test", required=True, metavar="TEST", help="selects one test")
+    cmd.add_argument(
+        "--metric",
+        default="time",
+        metavar="NAME",
+        help="ops, syncs or another work counter, instructions (exact), or time (judged "
+        "against GOOD in pairs of processes); default: time",
+    )
+    cmd.set_defaults(run=run_bisect)
     return top
 
 
@@ -460,6 +489,26 @@ def run_merge(args: argparse.Namespace) -> int:
         f"{len(document['errors'])} errors: {'fail' if failing else 'pass'}"
     )
     return 1 if failing else 0
+
+
+def run_bisect(args: argparse.Namespace) -> int:
+    """Name the first commit where the metric changed (Note [Bisect])."""
+    from .bisect import bisect
+
+    try:
+        return bisect(
+            Path.cwd(),
+            args.good,
+            args.bad,
+            args.test,
+            args.metric,
+            args.pytest_args,
+            read=load_report,
+            say=say,
+        )
+    except KeyboardInterrupt:
+        say("pytest-hpml: bisect interrupted; its worktree is removed", file=sys.stderr)
+        return 130
 
 
 def _views(args: argparse.Namespace) -> list[tuple[str, str, Path]]:
