@@ -70,6 +70,19 @@ class Pairs:
     seconds: float = 0.0
     # side -> test -> metrics counted once per side under valgrind (--hpml-instructions)
     counted: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    cap: int = 0  # the most pairs a benchmark gets (--hpml-pairs)
+    # at each look (Note [Adaptive pairs]): pairs done, and how many benchmarks were settled
+    looks: list[tuple[int, int]] = field(default_factory=list)
+
+    def stopped(self, benchmarks: int) -> str:
+        """Why the pairs stopped where they did, in words."""
+        done = len(self.measured)
+        if done < self.cap and self.looks and self.looks[-1][1] == benchmarks:
+            return f"every verdict settled after {done} of at most {plural(self.cap, 'pair')}"
+        settled = self.looks[-1][1] if self.looks else 0
+        if done >= self.cap and settled < benchmarks:
+            return f"{benchmarks - settled} of {benchmarks} unsettled at the cap of {self.cap}"
+        return ""
 
     def runs(self, test: str, name: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         """(head, base) records of one metric, one per pair in which both sides measured it
@@ -153,31 +166,57 @@ class Against:
                 moved.append(arg)
         return moved
 
-    def measure(self, tests: Sequence[str], pairs: int, bench_time: float) -> Pairs:
-        """Measure ``tests`` in ``pairs`` pairs of fresh processes, alternating the order of
-        the sides from pair to pair. Ctrl-C stops the process measuring and ends the run as
-        pytest does, keeping the pairs completed."""
-        found = Pairs(self.base, self.head)
+    def measure(
+        self,
+        tests: Sequence[str],
+        looks: Sequence[int],
+        window: Callable[[int], float],
+        unsettled: Callable[[Pairs], list[str]],
+    ) -> Pairs:
+        """Measure ``tests`` in pairs of fresh processes, alternating the order of the sides
+        from pair to pair. After each of ``looks`` pairs, ``unsettled`` says which verdicts more
+        pairs could change: the next pairs measure those only, each for ``window(count)``
+        seconds, and none once all are settled or the last look is reached (Note [Adaptive
+        pairs]). Ctrl-C stops the process measuring and ends the run as pytest does, keeping
+        the pairs completed."""
+        cap = looks[-1]
+        found = Pairs(self.base, self.head, cap=cap)
         start = time.monotonic()
-        doing = f"measuring {plural(pairs, 'pair')} of fresh processes, base and head alternating"
-        with Progress(self.config, "pairs", pairs, one="pair", doing=doing) as progress:
-            for index in range(pairs):
+        doing = f"measuring {plural(len(tests), 'benchmark')} in " + (
+            f"pairs of fresh processes, base and head alternating, until each verdict is "
+            f"settled ({looks[0]} to {cap} pairs)"
+            if len(looks) > 1
+            else f"{plural(cap, 'pair')} of fresh processes, base and head alternating"
+        )
+        measuring = list(tests)
+        with Progress(self.config, "pairs", cap, one="pair", doing=doing) as progress:
+            for index in range(cap):
+                if index in looks:  # a look: settled verdicts need no more pairs
+                    measuring = unsettled(found)
+                    found.looks.append((index, len(tests) - len(measuring)))
+                    if not measuring:
+                        break
                 order = (self.base, self.head) if index % 2 == 0 else (self.head, self.base)
-                progress.step(index, f"{order[0].name} then {order[1].name}")
+                settled = f"{len(tests) - len(measuring)} of {len(tests)} settled"
+                progress.step(index, f"{order[0].name} then {order[1].name}, {settled}")
                 pair: dict[str, dict[str, dict[str, Any]]] = {}
                 # the first complete pairs record the counts: two a side show whether they vary
                 complete = sum(bool(p.get(BASE) and p.get(HEAD)) for p in found.measured)
                 counts = complete < COUNTED_PAIRS
+                seconds = window(len(measuring))
                 try:
                     for side in order:
-                        pair[side.name] = self._one(found, side, tests, bench_time, counts)
+                        pair[side.name] = self._one(found, side, measuring, seconds, counts)
                 except KeyboardInterrupt:
                     progress.close()  # its line ended before pytest says where Ctrl-C hit
-                    found.notes.append(f"pair {index + 1} of {pairs} not completed (interrupted)")
+                    found.notes.append(f"pair {index + 1} of {cap} not completed (interrupted)")
                     reruns.interrupted(self.config)
                     break
                 found.measured.append(pair)
-                progress.step(index + 1, "")
+                progress.step(index + 1)
+            else:
+                found.looks.append((cap, len(tests) - len(unsettled(found))))
+            progress.close(found.stopped(len(tests)) or None)
         found.seconds = time.monotonic() - start
         return found
 

@@ -552,11 +552,12 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "pairs",
         "pairs",
-        "pairs of fresh processes (one of the base, one of the working tree) each benchmark "
-        "is measured in with --hpml-against; they share --hpml-bench-time, but a process "
-        "measures for at least a second in all",
+        "the most pairs of fresh processes (one of the base, one of the working tree) a "
+        "benchmark is measured in with --hpml-against: after 3 pairs, and after every second "
+        "pair from there, the benchmarks whose verdicts are settled stop; a process measures "
+        "for at least a second in all",
         parse_pairs,
-        "5",
+        "7",
         "N",
     ),
     Option(

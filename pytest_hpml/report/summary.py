@@ -128,6 +128,9 @@ def _against(verdicts: Verdicts) -> dict[str, Any] | None:
     return {
         **text.against_block(against),
         "pairs": 0 if found is None else len(found.measured),
+        "cap": None if found is None else found.cap,
+        # pairs done and verdicts settled at each look (Note [Adaptive pairs])
+        "looks": [] if found is None else [list(look) for look in found.looks],
         "seconds": None if found is None else round(found.seconds, 1),
         "base_failed": {} if found is None else found.failed.get("base", {}),
         "removed": verdicts.removed,
@@ -161,7 +164,7 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
         reporter.write_line(f"hpml: {text.legend(verdicts.against is not None)}")
     if any(is_sampled(record) for r in results for record in r["metrics"].values()):
         what = (
-            paired.rule(verdicts.process_count // 2)
+            paired.rule(verdicts.process_count // 2, verdicts.looks)
             if verdicts.against is not None
             else judge.rule(verdicts.process_count)
         )
@@ -351,9 +354,10 @@ def _pairs(reporter: Any, verdicts: Verdicts) -> None:
     found = verdicts.pairs
     if found is None:
         return
+    stopped = found.stopped(len(verdicts.results))
     reporter.write_line(
         f"hpml: {len(found.measured)} pair(s) of processes, base and head alternating "
-        f"(they took {found.seconds:.1f} s)"
+        f"(they took {found.seconds:.1f} s){f'; {stopped}' if stopped else ''}"
     )
     for test, why in sorted(found.failed.get("base", {}).items()):
         reporter.write_line(
