@@ -171,14 +171,59 @@ def test_settled_benchmarks_stop_and_the_others_run_to_the_cap(repo: Project) ->
     result = repo.run("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=5", "--hpml-report=r.json")
     against = json.loads((repo.path / "r.json").read_text())["against"]
     assert (against["pairs"], against["cap"]) == (5, 5), result.stdout.str()
-    assert against["looks"][0] == [3, 1]  # test_timed settled, test_spread not
-    assert table_verdicts(repo, result)["test_timed"] == "regressed"
+    out = result.stdout.str()
+    assert against["looks"][0] == [3, 1], out  # test_timed settled, test_spread not
+    assert table_verdicts(repo, result)["test_timed"] == "regressed", out
     processes: dict[str, set[str]] = {}
     for line in (repo.path / "ran.txt").read_text().splitlines():
         pid, name = line.split()
         processes.setdefault(name, set()).add(pid)
     # the head side's processes: this session's and one a pair, for as many pairs as it got
-    assert {name: len(pids) for name, pids in processes.items()} == {"timed": 4, "spread": 6}
+    assert {name: len(pids) for name, pids in processes.items()} == {"timed": 4, "spread": 6}, out
+
+
+# Each measuring process writes when it imported the test module and when its benchmark's
+# first and last calls came.
+TIMELINE = """
+import os
+import time
+
+from work import work
+
+IMPORTED = time.time()
+
+
+def test_timed(benchmark):
+    calls = []
+
+    def timed():
+        calls.append(time.time())
+        return work()
+
+    benchmark(timed)
+    if os.environ.get("HPML_INTERNAL_RERUN"):
+        with open(os.environ["TIMELINE"], "a") as out:
+            out.write(f"{IMPORTED} {calls[0]} {calls[-1]}\\n")
+"""
+
+
+def test_the_processes_of_a_pair_start_together_and_measure_in_turn(
+    repo: Project, tmp_path: Path
+) -> None:
+    """The second process of each pair imported its test module before the first one's
+    first call, and no two processes' calls overlap (Note [Cheaper processes])."""
+    timeline = tmp_path / "timeline.txt"
+    repo.monkeypatch.setenv("TIMELINE", str(timeline))
+    committed(repo, test_inner=TIMELINE)
+    result = repo.run("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=2", TIMES_UNJUDGED)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    lines = timeline.read_text().splitlines()
+    runs = sorted((tuple(map(float, line.split())) for line in lines), key=lambda run: run[1])
+    assert len(runs) == 4
+    for earlier, later in zip(runs, runs[1:]):
+        assert earlier[2] < later[1], runs  # one measures after the other has ended
+    for first, second in (runs[0:2], runs[2:4]):
+        assert second[0] < first[1], runs  # the second had started before the first measured
 
 
 def test_the_base_side_runs_the_base_code_first_on_sys_path(repo: Project) -> None:

@@ -199,14 +199,11 @@ class Against:
                 order = (self.base, self.head) if index % 2 == 0 else (self.head, self.base)
                 settled = f"{len(tests) - len(measuring)} of {len(tests)} settled"
                 progress.step(index, f"{order[0].name} then {order[1].name}, {settled}")
-                pair: dict[str, dict[str, dict[str, Any]]] = {}
                 # the first complete pairs record the counts: two a side show whether they vary
                 complete = sum(bool(p.get(BASE) and p.get(HEAD)) for p in found.measured)
                 counts = complete < COUNTED_PAIRS
-                seconds = window(len(measuring))
                 try:
-                    for side in order:
-                        pair[side.name] = self._one(found, side, measuring, seconds, counts)
+                    pair = self._pair(found, order, measuring, window(len(measuring)), counts)
                 except KeyboardInterrupt:
                     progress.close()  # its line ended before pytest says where Ctrl-C hit
                     found.notes.append(f"pair {index + 1} of {cap} not completed (interrupted)")
@@ -244,12 +241,56 @@ class Against:
 
         return ask
 
+    def _pair(
+        self,
+        found: Pairs,
+        order: tuple[Side, Side],
+        tests: Sequence[str],
+        bench_time: float,
+        counts: bool,
+    ) -> dict[str, dict[str, dict[str, Any]]]:
+        """The two processes of a pair, in ``order``: started together, they import and
+        collect side by side, then measure one after the other, the other waiting for its turn
+        (Note [Cheaper processes]). Ctrl-C stops both."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        turns = [reruns.Turn() for _ in order]
+        pool = ThreadPoolExecutor(len(order), thread_name_prefix="hpml-pair")
+        try:
+            running = [
+                pool.submit(self._one, found, side, tests, bench_time, counts, turn)
+                for side, turn in zip(order, turns)
+            ]
+            for turn, process in zip(turns, running):
+                turn.wait_ready(process.done)
+            pair = {}
+            for side, turn, process in zip(order, turns, running):
+                turn.go()
+                pair[side.name] = process.result()
+            return pair
+        except BaseException:
+            for turn in turns:
+                turn.stop()
+            raise
+        finally:
+            for turn in turns:
+                turn.close()  # a process still waiting measures, and ends
+            pool.shutdown(wait=True)
+
     def _one(
-        self, found: Pairs, side: Side, tests: Sequence[str], bench_time: float, counts: bool
+        self,
+        found: Pairs,
+        side: Side,
+        tests: Sequence[str],
+        bench_time: float,
+        counts: bool,
+        turn: reruns.Turn | None = None,
     ) -> dict[str, dict[str, Any]]:
         """One process of ``side``: its metrics by test id (none if it answered nothing); its
-        counts too where ``counts``."""
-        done, answer = self.asker(side)(tests, bench_time, request={reruns.COUNTS_KEY: counts})
+        counts too where ``counts``; measuring in its ``turn``, if given."""
+        # the first pair, which counts, collects everything: it lists each side's benchmarks
+        request = {reruns.COUNTS_KEY: counts, reruns.NARROW_KEY: bool(found.measured)}
+        done, answer = self.asker(side)(tests, bench_time, request=request, turn=turn)
         if answer is None:
             note = f"a {side.name} process measured nothing ({reruns.silence(done)})"
             if note not in found.notes:
