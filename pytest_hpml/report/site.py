@@ -216,12 +216,14 @@ def _mark(ax: Any, series: store.Series, step: changes.Step, factor: float) -> N
     worse = (step.after > step.before) == series.worse_up
     colour = WORSE if worse else BETTER
     ax.axvline(x, color=colour, linestyle="--", linewidth=1.2)
+    up = step.after > step.before  # the label goes where the points after the step are not
     ax.annotate(
         plain(f"{store.change(step)} ({step.confidence:.2%})"),
-        (x, 1.0),
+        (x, 0.0 if up else 1.0),
         xycoords=("data", "axes fraction"),
-        xytext=(3, -10),
+        xytext=(3, 4 if up else -11),
         textcoords="offset points",
         color=colour,
         fontsize=8,
+        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
     )
