@@ -255,6 +255,14 @@ def test_the_site_escapes_every_name(project: Project, tmp_path: Path):
     (figure,) = site_figures(site)
     assert figure["metric"] == "n"
     assert [s["change"] for s in figure["steps"]] == [1.0]
+    again = run_cli("history", str(project.path / "history"), "--site", str(site))
+    assert again.returncode == 0, again.stderr  # an earlier site is replaced
+    elsewhere = run_cli("history", str(project.path / "history"), "--site", str(project.path))
+    assert elsewhere.returncode == 2
+    assert elsewhere.stderr.strip() == (
+        f"pytest-hpml: error: --site {project.path} is a directory holding other files; name "
+        "an empty or new directory"
+    )
 
 
 def test_history_options_are_checked_before_the_tests(project: Project):
