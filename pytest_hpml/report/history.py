@@ -221,7 +221,8 @@ def _usable(value: Any, counted: bool) -> bool:
 
 
 def find_steps(found: History, threshold: float, confidence: float) -> None:
-    """Find each series' steps: measurements at least ``threshold`` (relative), counts any."""
+    """Find each series' steps (Note [Change points]): measurements at least ``threshold``
+    (relative), counts any."""
     for series in found.series:
         points = [series.point(i) for i in range(len(series.commits))]
         series.found = changes.steps(
