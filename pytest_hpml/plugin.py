@@ -112,7 +112,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # Checked before the tests where the end of the run writes (comparing, a bad baseline
     # directory is said where it is read: the check costs a plain run its start-up modules).
     mode = role.duty(config).baseline if chosen.benchmarks else "off"
-    reports = chosen.report or chosen.report_md or chosen.report_html
+    reports = chosen.report or chosen.report_md or chosen.report_html or chosen.history
     if role.is_controller(config) and (mode in ("update", "append") or reports):
         from .report.files import check_paths
 
@@ -272,7 +272,8 @@ class Collector:
         # but the report files asked for, which are written whatever happened.
         judged = sys.modules.get("pytest_hpml.verdict.session")
         chosen = self.config.stash[options.SETTINGS_KEY]
-        if judged is None and (chosen.report or chosen.report_md or chosen.report_html):
+        outputs = chosen.report or chosen.report_md or chosen.report_html or chosen.history
+        if judged is None and outputs:
             from .verdict import session as judged
         if (
             judged is None

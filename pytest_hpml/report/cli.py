@@ -4,6 +4,7 @@
     pytest-hpml show FILE [--test PATTERN]      the entries of a baseline file or report
     pytest-hpml diff OLD NEW                    median change per test and metric
     pytest-hpml render REPORT.json [--md OUT.md] [--html OUT.html] [--baselines DIR]
+    pytest-hpml history DIR [--site OUT] [--test PATTERN] [--threshold F] [--confidence C]
 
 It never imports torch: it is for looking at files from CI on any machine. Unreadable files are
 one-line errors and exit status 2.
@@ -24,9 +25,10 @@ from typing import Any, NoReturn, TextIO
 from ..bench.metrics import kind_of, per_second
 from ..config.options import number
 from ..storage import reader, writer
-from ..verdict import baselines, judge, stats
+from ..verdict import baselines, changes, judge, stats
 from ..verdict.baselines import BaselineError
-from . import files, text
+from ..verdict.judge import center
+from . import files, history, text
 from .html import ReportError
 
 Entries = dict[str, dict[str, Any]]  # test id -> metric -> record
@@ -36,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.run(args)
-    except (reader.Unreadable, ReportError, OSError) as exc:
+    except (reader.Unreadable, ReportError, changes.MissingLibrary, OSError) as exc:
         say(f"pytest-hpml: error: {_message(exc)}", file=sys.stderr)
         return 2
 
@@ -82,7 +84,41 @@ def parser() -> argparse.ArgumentParser:
         help="baseline directory whose samples to plot (default: the report's, in compare mode)",
     )
     cmd.set_defaults(run=run_render)
+    cmd = add("history", help="the commits where a metric stepped, from --hpml-history's files")
+    cmd.add_argument("dir", type=Path, metavar="DIR", help="from pytest --hpml-history=DIR")
+    cmd.add_argument("--site", type=Path, metavar="OUT", help="write the HTML site into OUT")
+    cmd.add_argument("--test", metavar="TEXT", help="only test ids containing TEXT")
+    cmd.add_argument(
+        "--threshold",
+        type=_fraction,
+        default=DEFAULT_THRESHOLD,
+        metavar="F",
+        help=f"smallest step of a time or rate, relative (default {DEFAULT_THRESHOLD}); a count's "
+        "steps are all shown",
+    )
+    cmd.add_argument(
+        "--confidence",
+        type=_fraction,
+        default=changes.CONFIDENCE,
+        metavar="C",
+        help=f"confidence a step needs (default {changes.CONFIDENCE})",
+    )
+    cmd.set_defaults(run=run_history)
     return top
+
+
+DEFAULT_THRESHOLD = 0.06  # --hpml-threshold's default
+
+
+def _fraction(value: str) -> float:
+    """A number in (0, 1), as the history options take it."""
+    try:
+        found = float(value)
+    except ValueError:
+        found = math.nan
+    if not 0 < found < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number between 0 and 1")
+    return found
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -224,14 +260,6 @@ def _holds(path: Path) -> Callable[[dict[str, Any]], bool] | None:
         return lambda record: bool(record.get("counted_on"))
     portable = "fingerprint" not in data
     return lambda record: bool(record.get("portable")) == portable and not record.get("counted_on")
-
-
-def center(record: dict[str, Any]) -> float | None:
-    """The number that stands for a record: its samples' median (every process run), or its
-    value."""
-    if not record.get("samples"):
-        return record.get("value")
-    return stats.median(judge.pooled(judge.runs(record)))
 
 
 # --- commands --------------------------------------------------------------------------------
@@ -428,6 +456,36 @@ def _write_html(args: argparse.Namespace, document: dict[str, Any]) -> None:
     if args.baselines and not entries:
         say(f"note: no baseline samples for this machine in {args.baselines}", file=sys.stderr)
     writer.write(args.html, html.render(document, entries))
+
+
+def run_history(args: argparse.Namespace) -> int:
+    runs, said = history.load(args.dir, _report_problem)
+    for problem in said:
+        say(f"pytest-hpml: {problem}; left out", file=sys.stderr)
+    found = history.history(runs, args.test)
+    history.find_steps(found, args.threshold, args.confidence)
+    machines = len({run.machine for run in runs})
+    steps = list(found.steps())
+    say(
+        f"{_counted(len(runs), 'run')} at {_counted(len(found.commits), 'commit')} on "
+        f"{_counted(machines, 'machine')}, {_counted(len(found.series), 'series', 'series')}: "
+        f"{_counted(len(steps), 'step')}"
+    )
+    if steps:
+        columns = history.STEP_COLUMNS
+        body = [
+            dict(zip(columns, [s.test, *history.step_cells(found, s, step)])) for s, step in steps
+        ]
+        _print(columns, body)
+    if args.site:
+        from . import site
+
+        say(f"wrote {site.write(found, args.site)}")
+    return 2 if said else 0
+
+
+def _counted(n: int, one: str, many: str = "") -> str:
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
 
 
 def _print(columns: Sequence[str], body: list[dict[str, str]]) -> None:

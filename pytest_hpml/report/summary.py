@@ -14,7 +14,7 @@ from .. import _compat
 from ..bench.metrics import is_sampled, is_work_counter
 from ..verdict import judge, paired, stats
 from ..verdict.session import Verdicts, commit, now
-from . import files, text
+from . import files, history, text
 
 
 def finish(session: pytest.Session, verdicts: Verdicts) -> None:
@@ -64,7 +64,7 @@ def _failure(test: str, message: str) -> pytest.TestReport:
 
 
 def write_reports(verdicts: Verdicts) -> None:
-    """The JSON, Markdown and HTML reports that were asked for."""
+    """The JSON, Markdown and HTML reports that were asked for, and the history record."""
     if not verdicts.duty.reports:
         return
     chosen, root = verdicts.settings, verdicts.config.rootpath
@@ -84,6 +84,12 @@ def write_reports(verdicts: Verdicts) -> None:
                 verdicts.unwritten.append(f"cannot write {path}: {exc.strerror or exc}")
             except Exception as exc:  # a report that cannot be drawn must not lose the run
                 verdicts.unwritten.append(f"cannot write {path}: {type(exc).__name__}: {exc}")
+    if chosen.history:
+        try:
+            history.add(Path(root, chosen.history), made or document(verdicts), root)
+        except OSError as exc:
+            said = exc.strerror or exc
+            verdicts.unwritten.append(f"cannot add to the history {chosen.history}: {said}")
 
 
 def document(verdicts: Verdicts) -> dict[str, Any]:
