@@ -51,6 +51,8 @@ def pytest_configure(config: pytest.Config) -> None:
         return verdicts(config).budget(test)
 
     def reference(device: Any, sync: Any) -> Any:
+        if chosen.against:  # the pairs judge raw times side by side (Note [Cheaper processes])
+            return None
         return config.hook.pytest_hpml_reference_workload(config=config, device=device, sync=sync)
 
     def peak(device: Any, precision: str) -> Any:
@@ -63,6 +65,13 @@ def pytest_configure(config: pytest.Config) -> None:
         return chosen.peak_flops is not None or len(implementations) > 1
 
     asked = role.rerun_request()
+    rerun = None
+    if asked is not None:  # a process started to measure benchmarks again
+        from .bench.reruns import Rerun
+        from .verdict.session import verdicts
+
+        rerun = Rerun(asked, results=lambda: verdicts(config).results)
+        config.pluginmanager.register(rerun, "hpml-rerun")
     callgrind = bench_fixture.callgrind(asked)
     # one thread under valgrind (Note [Instruction counts])
     threads = 1 if callgrind is not None else role.measuring_threads(config)
@@ -76,13 +85,8 @@ def pytest_configure(config: pytest.Config) -> None:
         callgrind=callgrind,
         counts=bench_fixture.counts(asked),
         peaks=bench_fixture.Peaks(peak, peak_beyond_table),
+        take_turn=rerun.take_turn if rerun is not None else lambda: None,
     )
-    if asked is not None:  # a process started to measure benchmarks again
-        from .bench.reruns import Rerun
-        from .verdict.session import verdicts
-
-        rerun = Rerun(asked, results=lambda: verdicts(config).results)
-        config.pluginmanager.register(rerun, "hpml-rerun")
     if role.launch(config) is not None:  # one of several ranks
         from .distributed.rank import Rank
 
@@ -108,7 +112,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # Checked before the tests where the end of the run writes (comparing, a bad baseline
     # directory is said where it is read: the check costs a plain run its start-up modules).
     mode = role.duty(config).baseline if chosen.benchmarks else "off"
-    reports = chosen.report or chosen.report_md or chosen.report_html
+    reports = chosen.report or chosen.report_md or chosen.report_html or chosen.history
     if role.is_controller(config) and (mode in ("update", "append") or reports):
         from .report.files import check_paths
 
@@ -268,7 +272,8 @@ class Collector:
         # but the report files asked for, which are written whatever happened.
         judged = sys.modules.get("pytest_hpml.verdict.session")
         chosen = self.config.stash[options.SETTINGS_KEY]
-        if judged is None and (chosen.report or chosen.report_md or chosen.report_html):
+        outputs = chosen.report or chosen.report_md or chosen.report_html or chosen.history
+        if judged is None and outputs:
             from .verdict import session as judged
         if (
             judged is None

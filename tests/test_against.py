@@ -71,19 +71,24 @@ def table_verdicts(project: Project, result: pytest.RunResult) -> dict[str, str]
 
 
 def test_a_slower_working_tree_regresses_against_its_commit(repo: Project) -> None:
+    """4x the work is settled at the first look: 3 pairs of the 7 allowed (Note [Adaptive
+    pairs])."""
     repo.pytester.makepyfile(work=WORK.format(scale=4))  # uncommitted: 4x the work
-    result = repo.run("--hpml-against=HEAD", *QUICK, "--hpml-report=r.json")
+    result = repo.run("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=7", "--hpml-report=r.json")
     assert table_verdicts(repo, result) == {"test_timed": "regressed", "test_counted": "regressed"}
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
             "hpml: 2 regressed; against: base * (HEAD; Python *) vs head * + changes (Python *), "
-            "3 pairs"
+            "3 pairs",
+            "hpml: 3 pair(s) of processes, base and head alternating (they took * s); every "
+            "verdict settled after 3 of at most 7 pairs",
         ]
     )
     report = json.loads((repo.path / "r.json").read_text())
     assert report["against"]["revision"] == "HEAD"
-    assert report["against"]["pairs"] == 3
+    assert (report["against"]["pairs"], report["against"]["cap"]) == (3, 7)
+    assert report["against"]["looks"] == [[3, 2]]
     assert report["against"]["head"].endswith(" + changes")
     (timed,) = [r for r in report["results"] if r["test"].endswith("test_timed")]
     verdict = timed["verdicts"]["time"]
@@ -112,7 +117,7 @@ def test_progress_lines_say_how_far_the_pairs_got_in_a_log(repo: Project) -> Non
     result.stdout.fnmatch_lines(
         [
             "test_inner.py .. * [[]100%[]]",
-            "hpml: measuring 2 pairs of fresh processes, base and head alternating",
+            "hpml: measuring 2 benchmarks in 2 pairs of fresh processes, base and head alternating",
             "hpml: pair 2 of 2 done (* s)",
             "",
             "=* hpml benchmarks =*",
@@ -123,6 +128,102 @@ def test_progress_lines_say_how_far_the_pairs_got_in_a_log(repo: Project) -> Non
     assert quiet.ret == pytest.ExitCode.OK, quiet.stdout.str()
     assert "hpml: 2 pair(s) of processes, base and head alternating" in quiet.stdout.str()
     assert [line for line in quiet.outlines if "hpml: measuring" in line or " done (" in line] == []
+
+
+# Sleeps, so timed on the wall clock: each process of a side sleeps 2 ms or 2.18 ms in turn
+# (a process count kept in its tree), so that the processes of each side spread over 9%
+# whatever the machine's load, and the interval of the change stays wider than the threshold.
+SPREAD = """
+import os
+import time
+from pathlib import Path
+
+from work import SCALE, work
+
+COUNT = Path("processes.txt")
+SEEN = len(COUNT.read_text().split()) if COUNT.exists() else 0
+COUNT.write_text("x " * (SEEN + 1))
+PAUSE = 0.002 * (1.09 if SEEN % 2 else 1.0)
+
+
+def ran(name):
+    with open("ran.txt", "a") as out:
+        out.write(f"{os.getpid()} {name}\\n")
+
+
+def test_timed(benchmark):
+    ran("timed")
+    benchmark(work)
+
+
+def test_spread(benchmark):
+    ran("spread")
+    benchmark(time.sleep, PAUSE)
+"""
+
+
+def test_settled_benchmarks_stop_and_the_others_run_to_the_cap(repo: Project) -> None:
+    """test_timed (4x the work) is settled at the first look; test_spread, whose processes
+    spread 9% on each side, is not, and the two pairs after it measure it alone, up to the cap
+    of 5 (Note [Adaptive pairs])."""
+    committed(repo, test_inner=SPREAD)
+    repo.pytester.makepyfile(work=WORK.format(scale=4))
+    result = repo.run("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=5", "--hpml-report=r.json")
+    against = json.loads((repo.path / "r.json").read_text())["against"]
+    assert (against["pairs"], against["cap"]) == (5, 5), result.stdout.str()
+    out = result.stdout.str()
+    assert against["looks"][0] == [3, 1], out  # test_timed settled, test_spread not
+    assert table_verdicts(repo, result)["test_timed"] == "regressed", out
+    processes: dict[str, set[str]] = {}
+    for line in (repo.path / "ran.txt").read_text().splitlines():
+        pid, name = line.split()
+        processes.setdefault(name, set()).add(pid)
+    # the head side's processes: this session's and one a pair, for as many pairs as it got
+    assert {name: len(pids) for name, pids in processes.items()} == {"timed": 4, "spread": 6}, out
+
+
+# Each measuring process writes when it imported the test module and when its benchmark's
+# first and last calls came.
+TIMELINE = """
+import os
+import time
+
+from work import work
+
+IMPORTED = time.time()
+
+
+def test_timed(benchmark):
+    calls = []
+
+    def timed():
+        calls.append(time.time())
+        return work()
+
+    benchmark(timed)
+    if os.environ.get("HPML_INTERNAL_RERUN"):
+        with open(os.environ["TIMELINE"], "a") as out:
+            out.write(f"{IMPORTED} {calls[0]} {calls[-1]}\\n")
+"""
+
+
+def test_the_processes_of_a_pair_start_together_and_measure_in_turn(
+    repo: Project, tmp_path: Path
+) -> None:
+    """The second process of each pair imported its test module before the first one's
+    first call, and no two processes' calls overlap (Note [Cheaper processes])."""
+    timeline = tmp_path / "timeline.txt"
+    repo.monkeypatch.setenv("TIMELINE", str(timeline))
+    committed(repo, test_inner=TIMELINE)
+    result = repo.run("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=2", TIMES_UNJUDGED)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    lines = timeline.read_text().splitlines()
+    runs = sorted((tuple(map(float, line.split())) for line in lines), key=lambda run: run[1])
+    assert len(runs) == 4
+    for earlier, later in zip(runs, runs[1:]):
+        assert earlier[2] < later[1], runs  # one measures after the other has ended
+    for first, second in (runs[0:2], runs[2:4]):
+        assert second[0] < first[1], runs  # the second had started before the first measured
 
 
 def test_the_base_side_runs_the_base_code_first_on_sys_path(repo: Project) -> None:

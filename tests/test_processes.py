@@ -132,6 +132,21 @@ def test_update_records_the_runs_of_every_process(project3: Project) -> None:
     assert ran(project3, "plain.txt") == ["ran"]  # the other processes ran only the benchmark
 
 
+def test_the_other_processes_collect_only_the_files_they_measure(project3: Project) -> None:
+    """A test module without the benchmark is imported by the first process only (Note
+    [Cheaper processes])."""
+    project3.pytester.makepyfile(
+        test_other="import os\n\n"
+        'with open("imported.txt", "a") as out:\n'
+        f'    out.write(os.environ.get("{RERUN_ENV}", "first") + "\\n")\n\n\n'
+        "def test_nothing():\n    pass\n"
+    )
+    result = project3.bench("--hpml-baseline=update", "--hpml-record-processes=2")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert ran(project3, "imported.txt") == ["first"]
+    assert len(ran(project3)) == 2  # the benchmark's module, in both
+
+
 def test_processes_share_the_bench_time(project3: Project) -> None:
     project3.bench(
         "--hpml-baseline=update",

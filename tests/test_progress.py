@@ -117,6 +117,27 @@ def test_a_log_gets_plain_lines_at_most_one_every_ten_seconds_and_the_last_step(
     ]
 
 
+def test_a_stage_that_ends_early_says_why_on_a_terminal_and_in_a_log(
+    pytester: pytest.Pytester,
+) -> None:
+    """Pairs that stop at a look (Note [Adaptive pairs]): the live line is completed with the
+    reason, and a log, whose last plain line may be seconds old, gets it as a line of its own."""
+    terminal, log, clock = Terminal(), io.StringIO(), Clock()
+    for stream in (terminal, log):
+        config = reporting(pytester, stream)
+        with pairs(config, clock, total=7, tick=None) as progress:
+            progress.step(0, "base then head")
+            clock.now += 12
+            progress.step(3)
+            progress.close("every verdict settled after 3 of at most 7 pairs")
+    assert terminal.getvalue().endswith(
+        "\rhpml: every verdict settled after 3 of at most 7 pairs in 12 s\n"
+    )
+    assert log.getvalue().splitlines()[-1] == (
+        "hpml: every verdict settled after 3 of at most 7 pairs (12 s)"
+    )
+
+
 def test_steps_done_before_the_stage_count_but_are_not_timed(pytester: pytest.Pytester) -> None:
     log, clock = io.StringIO(), Clock()
     config = reporting(pytester, log)

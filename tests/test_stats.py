@@ -660,3 +660,59 @@ def test_a_speedup_row_shows_the_values_whose_ratio_is_its_change() -> None:
     ]
     result = judge_paired(pairs[0][0], pairs, threshold=0.06)
     assert result.current / result.baseline - 1 == pytest.approx(result.change, rel=1e-9)
+
+
+# --- adaptive pairs (Note [Adaptive pairs]) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cap", "looks"), [(2, (2,)), (3, (3,)), (4, (3, 4)), (7, (3, 5, 7)), (8, (3, 5, 7, 8))]
+)
+def test_the_looks_are_at_3_pairs_then_every_second_up_to_the_cap(
+    cap: int, looks: tuple[int, ...]
+) -> None:
+    assert stats.looks(cap) == looks
+
+
+def test_a_change_clearly_within_the_threshold_is_settled_and_a_spread_one_is_not() -> None:
+    tight = stats.compare_sides(spread(1.0, 1, 3), spread(1.0, 2, 3), threshold=0.06, looks=3)
+    assert tight.verdict == stats.PASS
+    assert stats.settled(tight)
+    assert "(96.67% interval)" in tight.reason  # 5% shared by 3 looks: 1.67% each side
+    wide = [1.0, 1.09, 1.0], [1.09, 1.0, 1.09]  # within STEADY, 9% apart
+    loose = stats.compare_sides(*wide, threshold=0.06, looks=3)
+    assert loose.verdict == stats.PASS
+    assert not stats.settled(loose)
+    assert loose.interval is not None
+    assert loose.interval[1] > 0.06
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_change_beyond_the_threshold_is_settled_at_the_first_look(seed: int) -> None:
+    slower = stats.compare_sides(
+        spread(1.15, seed, 3), spread(1.0, seed + 10, 3), threshold=0.06, looks=3
+    )
+    assert slower.verdict == stats.REGRESSED
+    assert stats.settled(slower)
+    faster = stats.compare_sides(
+        spread(1.0, seed, 3), spread(1.15, seed + 10, 3), threshold=0.06, looks=3
+    )
+    assert faster.verdict == stats.IMPROVED
+    assert stats.settled(faster)
+
+
+def test_each_look_takes_its_share_of_the_level() -> None:
+    """A change whose t test gives p between 5%/3 and 5% regresses where one look was planned,
+    not where three were; its p-value, as the session-wide control reads it, is tripled."""
+    head, base = [1.10, 1.145, 1.19], [1.0, 1.045, 1.09]
+    one = stats.compare_sides(head, base, threshold=0.06, looks=1)
+    three = stats.compare_sides(head, base, threshold=0.06, looks=3)
+    assert one.verdict == stats.REGRESSED
+    assert three.verdict == stats.INCONCLUSIVE
+    assert not stats.settled(three)
+    p_one = 1 - one.confidence
+    assert 0.05 / 3 < p_one < 0.05
+    pairs = stats.compare_pairs([1.15, 1.16, 1.17], threshold=0.06, looks=3)
+    assert pairs.interval is not None
+    assert pairs.interval[0] > 0.06
+    assert stats.settled(pairs)

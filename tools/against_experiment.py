@@ -13,12 +13,15 @@ the test function, a convolution of a (8, 16, 32, 32) batch (torch's intra-op th
 on it), no seed.
 
 ``--hogs 2`` starts two CPU-bound processes (``python -c "while True: pass"``) for the whole
-experiment, so that they compete with the benchmarks for the machine's cores.
+experiment, so that they compete with the benchmarks for the machine's cores. ``--bursty 2``
+starts two that spin and sleep in turn, each spell 50 to 1500 ms at random: load that comes
+and goes within one comparison.
 
-    python tools/against_experiment.py --runs 20 [--hogs 2] [--out results.jsonl]
+    python tools/against_experiment.py --runs 20 [--hogs 2 | --bursty 2] [--out results.jsonl]
 
-Prints, per version, how many comparisons each tool called a regression, and the median wall
-time of one comparison.
+Prints, per version, how many comparisons each tool called a regression, the median wall time
+of one comparison, and how many pairs of processes pytest-hpml's adaptive rule took (Note
+[Adaptive pairs]): their median and most, of at most ``--hpml-pairs``.
 """
 
 from __future__ import annotations
@@ -70,6 +73,19 @@ TEST_INSIDE = textwrap.dedent(
         benchmark(lambda: convolutions(F, x, w))
     """
 )
+# Load that comes and goes: spells of spinning and of sleeping, each 50 to 1500 ms at random.
+BURSTY = textwrap.dedent(
+    """
+    import random
+    import time
+
+    while True:
+        end = time.monotonic() + random.uniform(0.05, 1.5)
+        while time.monotonic() < end:
+            pass
+        time.sleep(random.uniform(0.05, 1.5))
+    """
+)
 VERSIONS = {"unchanged": 1.0, "5% slower": 1.05, "15% slower": 1.15}
 
 
@@ -98,8 +114,11 @@ def pytest(project: Path, *args: str) -> tuple[subprocess.CompletedProcess[str],
 
 def hpml(project: Path, report: Path) -> dict[str, object]:
     done, seconds = pytest(project, "--hpml-against=HEAD", f"--hpml-report={report}")
-    verdict = json.loads(report.read_text())["results"][0]["verdicts"]["time"]
+    written = json.loads(report.read_text())
+    verdict = written["results"][0]["verdicts"]["time"]
     return {
+        "pairs_taken": written["against"]["pairs"],
+        "pairs_cap": written["against"]["cap"],
         "exit": done.returncode,
         "verdict": verdict["verdict"],
         "change": verdict["change"],
@@ -129,6 +148,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--hogs", type=int, default=0, help="CPU-bound processes competing")
+    parser.add_argument(
+        "--bursty", type=int, default=0, help="processes that spin and sleep in random spells"
+    )
     parser.add_argument("--versions", default=",".join(VERSIONS), help="a comma list")
     parser.add_argument("--out", type=Path, help="append one JSON line per comparison here")
     parser.add_argument("--only-hpml", action="store_true", help="leave pytest-benchmark out")
@@ -139,7 +161,7 @@ def main() -> None:
     work, test = (WORK_INSIDE, TEST_INSIDE) if options.inside else (WORK, TEST)
     hogs = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(options.hogs)
-    ]
+    ] + [subprocess.Popen([sys.executable, "-c", BURSTY]) for _ in range(options.bursty)]
     found: dict[str, list[tuple[dict, dict]]] = {}
     try:
         with tempfile.TemporaryDirectory() as scratch:
@@ -156,6 +178,7 @@ def main() -> None:
                     )
                     found.setdefault(version, []).append((ours, theirs))
                     line = {"run": run, "version": version, "hogs": options.hogs}
+                    line["bursty"] = options.bursty
                     line |= {"hpml": ours, "pytest-benchmark": theirs, "load": os.getloadavg()[0]}
                     print(json.dumps(line), flush=True)
                     if options.out:
@@ -164,15 +187,23 @@ def main() -> None:
     finally:
         for hog in hogs:
             hog.kill()
-    print(f"\n{options.runs} comparisons per version, {options.hogs} CPU hog(s)")
-    print("version     pytest-hpml regressed  pytest-benchmark failed  seconds (hpml / pb)")
+    print(
+        f"\n{options.runs} comparisons per version, {options.hogs} CPU hog(s), "
+        f"{options.bursty} bursty process(es)"
+    )
+    print(
+        "version     pytest-hpml regressed  pytest-benchmark failed  seconds (hpml / pb)  "
+        "pairs (median, most, cap)"
+    )
     for version, pairs in found.items():
         ours = sum(o["verdict"] == "regressed" for o, _ in pairs)
         theirs = sum(t["failed"] for _, t in pairs)
         seconds = [statistics.median(s[k]["seconds"] for s in pairs) for k in (0, 1)]
+        taken = [o["pairs_taken"] for o, _ in pairs]
         print(
             f"{version:<11} {ours:>2}/{len(pairs):<19} {theirs:>2}/{len(pairs):<22} "
-            f"{seconds[0]:.1f} / {seconds[1]:.1f}"
+            f"{seconds[0]:.1f} / {seconds[1]:<13.1f} "
+            f"{statistics.median(taken):g}, {max(taken)}, {pairs[0][0]['pairs_cap']}"
         )
 
 

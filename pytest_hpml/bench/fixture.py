@@ -48,6 +48,8 @@ class BenchSession(NamedTuple):
     # every process; Note [Work counters]) and in the one counting instructions
     counts: bool = True
     peaks: Peaks | None = None  # None: no mfu metric
+    # before a process's first measurement: its turn, in a pair's process (reruns.Turn)
+    take_turn: Callable[[], None] = lambda: None
 
 
 BENCH_SESSION_KEY = pytest.StashKey[BenchSession]()
@@ -83,6 +85,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
             disable_gc=_compat.disable_gc(benchmark),
             timer=_compat.timer(benchmark),
             device=device,
+            before=given.take_turn,
             **torch_parts(given, device),
         )
         value = HpmlBenchmark.adopt(

@@ -104,6 +104,8 @@ class Plan:
     warmup_rounds: int | None = None
     device: Any = None  # where peak memory is measured
     after_warmup: Callable[[], None] = lambda: None  # e.g. a snapshot of dynamo's counters
+    # before the first call: a rerun process of a pair waits for its turn (reruns.Turn)
+    before: Callable[[], None] = lambda: None
 
 
 def _timed(plan: Plan, fn: Callable[[], Any], calls: int) -> tuple[float, Any]:

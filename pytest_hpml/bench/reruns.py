@@ -17,6 +17,7 @@ killed in the instant between the answer and its reading leaves that one file be
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -40,6 +41,12 @@ from .metrics import is_sampled
 # In a rerun's request: whether it records the work counters and peak memory too. They are the
 # same in every process, so the processes that only add samples leave them out.
 COUNTS_KEY = "counts"
+# In a rerun's request: whether it collects only the files of the tests it measures (Note
+# [Cheaper processes]); without it, it collects all, and lists every benchmark it found.
+NARROW_KEY = "narrow"
+# In a rerun's request: the descriptors of its two pipes to the controller, with which it waits
+# for its turn to measure (:class:`Turn`); without them, it measures at once.
+TURN_KEY = "turn"
 # what one process's run of a metric keeps
 RUN_KEYS = ("samples", "reference", "budget", "load", "state")
 STOP_GRACE = 5.0  # seconds an interrupted process gets to end before it is killed
@@ -88,7 +95,7 @@ def _measure_in_one(
 ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]] | None]:
     """One fresh process of this tree and what it measured (None if nothing): its samples
     only, since the first process counted the rest."""
-    done, answer = ask(config, tests, bench_time, request={COUNTS_KEY: False})
+    done, answer = ask(config, tests, bench_time, request={COUNTS_KEY: False, NARROW_KEY: True})
     return done, None if answer is None else answer["results"]
 
 
@@ -103,6 +110,7 @@ def ask(
     env: dict[str, str] | None = None,
     wrapper: Sequence[str] = (),
     request: dict[str, Any] | None = None,
+    turn: Turn | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
     """Run ``tests`` in one fresh pytest process (``python -m pytest`` with the first
     process's arguments, unless ``args`` are given; run by ``wrapper``, a command such as
@@ -111,7 +119,7 @@ def ask(
     if it wrote none. It is asked in a file that it removes once read (``request`` adds to
     what it is asked) and answers in one of the same name; neither is left when this
     returns. The request says what it is and which process made it: the process acts on no
-    other file (Note [Internal variables])."""
+    other file (Note [Internal variables]). With ``turn``, it measures only once told to."""
     handle, name = tempfile.mkstemp(prefix=RERUN_PREFIX, suffix=".json")
     try:
         wanted = {
@@ -121,6 +129,7 @@ def ask(
             "bench_time": bench_time,
             "output": name,
             "parent": os.getpid(),
+            **({TURN_KEY: list(turn.child_ends)} if turn is not None else {}),
         }
         with os.fdopen(handle, "w", encoding="utf-8") as request:
             json.dump(wanted, request)
@@ -128,6 +137,8 @@ def ask(
             [*wrapper, python, "-m", "pytest", *(child_args(config) if args is None else args)],
             cwd=cwd or config.invocation_params.dir,
             env={**os.environ, **_threads(config), **(env or {}), RERUN_ENV: name},
+            started=None if turn is None else turn.started,
+            pass_fds=() if turn is None else turn.child_ends,
         )
         return done, _answer(Path(name))
     finally:
@@ -143,11 +154,18 @@ def _threads(config: pytest.Config) -> dict[str, str]:
     return thread_environment(measuring_threads(config))
 
 
-def _run(command: list[str], **popen: Any) -> subprocess.CompletedProcess[str]:
-    """``subprocess.run`` with its output captured, but a process interrupted is stopped."""
+def _run(
+    command: list[str],
+    started: Callable[[subprocess.Popen[str]], None] | None = None,
+    **popen: Any,
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run`` with its output captured, but a process interrupted is stopped;
+    ``started`` is told of the process once it runs."""
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen
     ) as child:
+        if started is not None:
+            started(child)
         try:
             stdout, stderr = child.communicate()
         except BaseException:
@@ -168,6 +186,75 @@ def _stop(child: subprocess.Popen[str]) -> None:
     finally:
         child.kill()  # nothing, if it ended
         child.wait()
+
+
+class Turn:
+    """The two pipes through which one rerun process takes its turn to measure (Note [Cheaper
+    processes]): it writes a byte on the first once it is about to measure, then waits for one
+    on the second. The processes of a pair start together, import and collect side by side,
+    and measure one after the other, the other waiting, so that no measurement shares the
+    machine with the other's start."""
+
+    def __init__(self) -> None:
+        self._ready, ready = os.pipe()
+        go, self._go = os.pipe()
+        self.child_ends: tuple[int, ...] = (ready, go)  # the process's ends, passed by number
+        self.child: subprocess.Popen[str] | None = None
+
+    def started(self, child: subprocess.Popen[str]) -> None:
+        """The process runs: its ends are its own now (and an end it closes, by ending, shows
+        here as the end of the pipe)."""
+        self.child = child
+        for end in self.child_ends:
+            os.close(end)
+        self.child_ends = ()
+
+    def wait_ready(self, ended: Callable[[], bool]) -> None:
+        """Until the process is about to measure, or has ended (``ended()``) without."""
+        import select  # here: only the controller of a pair needs it
+
+        while not ended():
+            readable, _, _ = select.select([self._ready], [], [], 0.1)
+            if readable:  # its byte, or the pipe's end: it ended before measuring
+                return
+
+    def go(self) -> None:
+        """Its turn: the process measures now."""
+        with contextlib.suppress(OSError):  # it ended before measuring: nobody reads the pipe
+            os.write(self._go, b"g")
+
+    def stop(self) -> None:
+        """Ctrl-C: stop the process, as :func:`ask` would."""
+        if self.child is not None:
+            _stop(self.child)
+
+    def close(self) -> None:
+        """Close the controller's ends: a process still waiting for its turn then takes it."""
+        for end in (self._ready, self._go, *self.child_ends):
+            _close(end)
+        self._ready = self._go = -1
+        self.child_ends = ()
+
+
+def _close(end: int) -> None:
+    with contextlib.suppress(OSError):  # closed already
+        os.close(end)
+
+
+def take_turn(ends: Sequence[int] | None) -> None:
+    """In a rerun process, before its first measurement: say so to the controller through
+    ``ends`` (from its request's :data:`TURN_KEY`) and wait for its turn (:class:`Turn`)."""
+    if not ends:
+        return
+    ready, go = ends
+    try:
+        os.write(ready, b"r")
+        os.read(go, 1)  # nothing, at the pipe's end: the controller ended or let it go
+    except OSError:  # the controller is gone: this process dies with it
+        pass
+    finally:
+        _close(ready)
+        _close(go)
 
 
 def interrupted(config: pytest.Config) -> None:
@@ -256,6 +343,32 @@ class Rerun:
         self.results = results
         self.failed: dict[str, str] = {}  # test id -> what failed
         self.benchmarks: list[str] = []  # every benchmark test collected, wanted or not
+        # the files of the tests asked for, where only those are collected
+        self.files = (
+            {test.split("::", 1)[0] for test in self.tests} if request.get(NARROW_KEY) else None
+        )
+        self.turn: list[int] | None = request.get(TURN_KEY)
+
+    def take_turn(self) -> None:
+        """Before this process's first measurement, once: wait for its turn (:class:`Turn`)."""
+        ends, self.turn = self.turn, None
+        take_turn(ends)
+
+    @pytest.hookimpl
+    def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
+        """Where asked to, leave out every file and directory that holds none of the tests
+        asked for: importing the other test modules (torchvision, datasets) buys nothing here
+        (Note [Cheaper processes])."""
+        if self.files is None:
+            return None
+        try:
+            where = collection_path.resolve().relative_to(config.rootpath.resolve()).as_posix()
+        except ValueError:  # outside the rootdir: its node ids do not start from there
+            return None
+        if where == "." or where in self.files:
+            return None
+        inside = any(file.startswith(f"{where}/") for file in self.files)
+        return None if inside else True
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(

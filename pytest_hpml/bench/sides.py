@@ -70,6 +70,19 @@ class Pairs:
     seconds: float = 0.0
     # side -> test -> metrics counted once per side under valgrind (--hpml-instructions)
     counted: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    cap: int = 0  # the most pairs a benchmark gets (--hpml-pairs)
+    # at each look (Note [Adaptive pairs]): pairs done, and how many benchmarks were settled
+    looks: list[tuple[int, int]] = field(default_factory=list)
+
+    def stopped(self, benchmarks: int) -> str:
+        """Why the pairs stopped where they did, in words."""
+        done = len(self.measured)
+        if done < self.cap and self.looks and self.looks[-1][1] == benchmarks:
+            return f"every verdict settled after {done} of at most {plural(self.cap, 'pair')}"
+        settled = self.looks[-1][1] if self.looks else 0
+        if done >= self.cap and settled < benchmarks:
+            return f"{benchmarks - settled} of {benchmarks} unsettled at the cap of {self.cap}"
+        return ""
 
     def runs(self, test: str, name: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         """(head, base) records of one metric, one per pair in which both sides measured it
@@ -149,31 +162,54 @@ class Against:
                 moved.append(arg)
         return moved
 
-    def measure(self, tests: Sequence[str], pairs: int, bench_time: float) -> Pairs:
-        """Measure ``tests`` in ``pairs`` pairs of fresh processes, alternating the order of
-        the sides from pair to pair. Ctrl-C stops the process measuring and ends the run as
-        pytest does, keeping the pairs completed."""
-        found = Pairs(self.base, self.head)
+    def measure(
+        self,
+        tests: Sequence[str],
+        looks: Sequence[int],
+        window: Callable[[int], float],
+        unsettled: Callable[[Pairs], list[str]],
+    ) -> Pairs:
+        """Measure ``tests`` in pairs of fresh processes, alternating the order of the sides
+        from pair to pair. After each of ``looks`` pairs, ``unsettled`` says which verdicts more
+        pairs could change: the next pairs measure those only, each for ``window(count)``
+        seconds, and none once all are settled or the last look is reached (Note [Adaptive
+        pairs]). Ctrl-C stops the process measuring and ends the run as pytest does, keeping
+        the pairs completed."""
+        cap = looks[-1]
+        found = Pairs(self.base, self.head, cap=cap)
         start = time.monotonic()
-        doing = f"measuring {plural(pairs, 'pair')} of fresh processes, base and head alternating"
-        with Progress(self.config, "pairs", pairs, one="pair", doing=doing) as progress:
-            for index in range(pairs):
+        doing = f"measuring {plural(len(tests), 'benchmark')} in " + (
+            f"pairs of fresh processes, base and head alternating, until each verdict is "
+            f"settled ({looks[0]} to {cap} pairs)"
+            if len(looks) > 1
+            else f"{plural(cap, 'pair')} of fresh processes, base and head alternating"
+        )
+        measuring = list(tests)
+        with Progress(self.config, "pairs", cap, one="pair", doing=doing) as progress:
+            for index in range(cap):
+                if index in looks:  # a look: settled verdicts need no more pairs
+                    measuring = unsettled(found)
+                    found.looks.append((index, len(tests) - len(measuring)))
+                    if not measuring:
+                        break
                 order = (self.base, self.head) if index % 2 == 0 else (self.head, self.base)
-                progress.step(index, f"{order[0].name} then {order[1].name}")
-                pair: dict[str, dict[str, dict[str, Any]]] = {}
+                settled = f"{len(tests) - len(measuring)} of {len(tests)} settled"
+                progress.step(index, f"{order[0].name} then {order[1].name}, {settled}")
                 # the first complete pairs record the counts: two a side show whether they vary
                 complete = sum(bool(p.get(BASE) and p.get(HEAD)) for p in found.measured)
                 counts = complete < COUNTED_PAIRS
                 try:
-                    for side in order:
-                        pair[side.name] = self._one(found, side, tests, bench_time, counts)
+                    pair = self._pair(found, order, measuring, window(len(measuring)), counts)
                 except KeyboardInterrupt:
                     progress.close()  # its line ended before pytest says where Ctrl-C hit
-                    found.notes.append(f"pair {index + 1} of {pairs} not completed (interrupted)")
+                    found.notes.append(f"pair {index + 1} of {cap} not completed (interrupted)")
                     reruns.interrupted(self.config)
                     break
                 found.measured.append(pair)
-                progress.step(index + 1, "")
+                progress.step(index + 1)
+            else:
+                found.looks.append((cap, len(tests) - len(unsettled(found))))
+            progress.close(found.stopped(len(tests)) or None)
         found.seconds = time.monotonic() - start
         return found
 
@@ -201,12 +237,56 @@ class Against:
 
         return ask
 
+    def _pair(
+        self,
+        found: Pairs,
+        order: tuple[Side, Side],
+        tests: Sequence[str],
+        bench_time: float,
+        counts: bool,
+    ) -> dict[str, dict[str, dict[str, Any]]]:
+        """The two processes of a pair, in ``order``: started together, they import and
+        collect side by side, then measure one after the other, the other waiting for its turn
+        (Note [Cheaper processes]). Ctrl-C stops both."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        turns = [reruns.Turn() for _ in order]
+        pool = ThreadPoolExecutor(len(order), thread_name_prefix="hpml-pair")
+        try:
+            running = [
+                pool.submit(self._one, found, side, tests, bench_time, counts, turn)
+                for side, turn in zip(order, turns)
+            ]
+            for turn, process in zip(turns, running):
+                turn.wait_ready(process.done)
+            pair = {}
+            for side, turn, process in zip(order, turns, running):
+                turn.go()
+                pair[side.name] = process.result()
+            return pair
+        except BaseException:
+            for turn in turns:
+                turn.stop()
+            raise
+        finally:
+            for turn in turns:
+                turn.close()  # a process still waiting measures, and ends
+            pool.shutdown(wait=True)
+
     def _one(
-        self, found: Pairs, side: Side, tests: Sequence[str], bench_time: float, counts: bool
+        self,
+        found: Pairs,
+        side: Side,
+        tests: Sequence[str],
+        bench_time: float,
+        counts: bool,
+        turn: reruns.Turn | None = None,
     ) -> dict[str, dict[str, Any]]:
         """One process of ``side``: its metrics by test id (none if it answered nothing); its
-        counts too where ``counts``."""
-        done, answer = self.asker(side)(tests, bench_time, request={reruns.COUNTS_KEY: counts})
+        counts too where ``counts``; measuring in its ``turn``, if given."""
+        # the first pair, which counts, collects everything: it lists each side's benchmarks
+        request = {reruns.COUNTS_KEY: counts, reruns.NARROW_KEY: bool(found.measured)}
+        done, answer = self.asker(side)(tests, bench_time, request=request, turn=turn)
         if answer is None:
             note = f"a {side.name} process measured nothing ({reruns.silence(done)})"
             if note not in found.notes:

@@ -552,11 +552,12 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "pairs",
         "pairs",
-        "pairs of fresh processes (one of the base, one of the working tree) each benchmark "
-        "is measured in with --hpml-against; they share --hpml-bench-time, but a process "
-        "measures for at least a second in all",
+        "the most pairs of fresh processes (one of the base, one of the working tree) a "
+        "benchmark is measured in with --hpml-against: after 3 pairs, and after every second "
+        "pair from there, the benchmarks whose verdicts are settled stop; a process measures "
+        "for at least a second in all",
         parse_pairs,
-        "5",
+        "7",
         "N",
     ),
     Option(
@@ -676,6 +677,16 @@ OPTIONS: tuple[Option, ...] = (
         "PATH",
     ),
     Option(
+        "history",
+        "history",
+        "add this run's results (the JSON report, with the commit's time) to the history in "
+        "this directory, one new file per run, never overwriting one; pytest-hpml history "
+        "DIR finds the commits where a metric stepped (Note [History])",
+        parse_text,
+        "",
+        "DIR",
+    ),
+    Option(
         "run-slow",
         "run_slow",
         "run tests marked @pytest.mark.slow (deselected otherwise)",
@@ -716,6 +727,7 @@ class Settings(NamedTuple):
     report: str
     report_md: str
     report_html: str
+    history: str
     run_slow: bool
     sources: dict[str, str]  # option -> where its value came from
 
@@ -904,6 +916,11 @@ def _check_against(values: dict[str, Any], sources: dict[str, str]) -> None:
             f"drop {sources['baseline']}={values['baseline']}, or record in a run without "
             "--hpml-against"
         )
+    if values["history"]:  # its values are the pairs', not this commit's as a nightly's are
+        raise pytest.UsageError(
+            f"{sources['against']} measures two revisions in pairs; {sources['history']} keeps "
+            "the history of one commit's runs: give one of them"
+        )
     if not values["benchmarks"]:
         raise pytest.UsageError(
             f"{sources['against']} judges benchmarks, but {sources['benchmarks']} turned "
@@ -987,6 +1004,7 @@ BENCHMARK_OPTIONS = (
     "report",
     "report_md",
     "report_html",
+    "history",
 )
 
 

@@ -65,6 +65,7 @@ class Progress:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        self._closed = False
 
     def __enter__(self) -> Progress:
         return self
@@ -94,18 +95,26 @@ class Progress:
                 self._printed, self._printed_at = self._done, now
                 self._write(f"hpml: {self.step_line(now)}")
 
-    def close(self) -> None:
-        """End the stage: the live line completed, its clock stopped; safe to call twice."""
+    def close(self, said: str | None = None) -> None:
+        """End the stage: the live line completed, its clock stopped; safe to call twice.
+        ``said`` says why a stage ended before its last step (``every verdict settled after 3
+        pairs``): it ends the live line, or comes as a plain line of its own."""
         self._stop.set()
         if self._ticker is not None:
             self._ticker.join()
             self._ticker = None
         with self._lock:
-            if self.live and self._started is not None and self._shown:
-                elapsed = seconds(self._clock() - self._started)
-                self._rewrite(f"hpml: {self.what} {self._done}/{self.total} done in {elapsed}")
+            if self._started is None or self.reporter is None or self._closed:
+                return
+            self._closed = True
+            elapsed = seconds(self._clock() - self._started)
+            if self.live and self._shown:
+                done = said or f"{self.what} {self._done}/{self.total} done"
+                self._rewrite(f"hpml: {done} in {elapsed}")
                 self.reporter.line("")
                 self._shown = 0
+            elif said and not self.live:
+                self._write(f"hpml: {said} ({elapsed})")
 
     def line(self, now: float) -> str:
         """The live line at ``now``: steps done, what runs, the time so far and what is left."""

@@ -4,6 +4,7 @@
     pytest-hpml show FILE [--test PATTERN]      the entries of a baseline file or report
     pytest-hpml diff OLD NEW                    median change per test and metric
     pytest-hpml render REPORT.json [--md OUT.md] [--html OUT.html] [--baselines DIR]
+    pytest-hpml history DIR [--site OUT] [--test PATTERN] [--threshold F] [--confidence C]
     pytest-hpml merge R1.json R2.json ... -o MERGED.json [--md OUT.md] [--html OUT.html]
     pytest-hpml bisect GOOD BAD -k TEST [--metric NAME] [-- PYTEST_ARG...]
 
@@ -26,9 +27,10 @@ from typing import Any, NoReturn, TextIO
 from ..bench.metrics import kind_of, per_second
 from ..config.options import number
 from ..storage import reader, writer
-from ..verdict import baselines, judge, policy, stats
+from ..verdict import baselines, changes, judge, policy, stats
 from ..verdict.baselines import BaselineError
-from . import files, text
+from ..verdict.judge import center
+from . import files, history, text
 from .html import ReportError
 
 Entries = dict[str, dict[str, Any]]  # test id -> metric -> record
@@ -46,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.pytest_args = rest
     try:
         return args.run(args)
-    except (reader.Unreadable, ReportError, OSError) as exc:
+    except (reader.Unreadable, ReportError, changes.MissingLibrary, OSError) as exc:
         say(f"pytest-hpml: error: {_message(exc)}", file=sys.stderr)
         return 2
 
@@ -85,6 +87,33 @@ def parser() -> argparse.ArgumentParser:
     cmd.add_argument("report", type=Path, metavar="REPORT", help="from pytest --hpml-report")
     _add_views(cmd)
     cmd.set_defaults(run=run_render)
+    cmd = add("history", help="the commits where a metric stepped, from --hpml-history's files")
+    cmd.add_argument("dir", type=Path, metavar="DIR", help="from pytest --hpml-history=DIR")
+    cmd.add_argument("--site", type=Path, metavar="OUT", help="write the HTML site into OUT")
+    cmd.add_argument("--test", metavar="TEXT", help="only test ids containing TEXT")
+    cmd.add_argument(
+        "--threshold",
+        type=_fraction,
+        default=DEFAULT_THRESHOLD,
+        metavar="F",
+        help=f"smallest step of a time or rate, relative (default {DEFAULT_THRESHOLD}); a count's "
+        "steps are all shown",
+    )
+    cmd.add_argument(
+        "--confidence",
+        type=_fraction,
+        default=changes.CONFIDENCE,
+        metavar="C",
+        help=f"confidence a step needs (default {changes.CONFIDENCE})",
+    )
+    cmd.set_defaults(run=run_history)
+    _add_merge(add)
+    _add_bisect(add)
+    return top
+
+
+def _add_merge(add: Callable[..., argparse.ArgumentParser]) -> None:
+    """``pytest-hpml merge`` (Note [Sharded runs])."""
     cmd = add(
         "merge",
         help="the JSON reports of a suite's shards (CI jobs) as one report and one verdict",
@@ -97,6 +126,10 @@ def parser() -> argparse.ArgumentParser:
     )
     _add_views(cmd)
     cmd.set_defaults(run=run_merge)
+
+
+def _add_bisect(add: Callable[..., argparse.ArgumentParser]) -> None:
+    """``pytest-hpml bisect`` (Note [Bisect]); what follows ``--`` is pytest's (:func:`main`)."""
     cmd = add(
         "bisect",
         usage="pytest-hpml bisect GOOD BAD -k TEST [--metric NAME] [-- PYTEST_ARG ...]",
@@ -117,7 +150,6 @@ def parser() -> argparse.ArgumentParser:
         "against GOOD in pairs of processes); default: time",
     )
     cmd.set_defaults(run=run_bisect)
-    return top
 
 
 def _add_views(cmd: argparse.ArgumentParser) -> None:
@@ -130,6 +162,20 @@ def _add_views(cmd: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="baseline directory whose samples to plot (default: the report's, in compare mode)",
     )
+
+
+DEFAULT_THRESHOLD = 0.06  # --hpml-threshold's default
+
+
+def _fraction(value: str) -> float:
+    """A number in (0, 1), as the history options take it."""
+    try:
+        found = float(value)
+    except ValueError:
+        found = math.nan
+    if not 0 < found < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number between 0 and 1")
+    return found
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -287,14 +333,6 @@ def _holds(path: Path) -> Callable[[dict[str, Any]], bool] | None:
         return lambda record: bool(record.get("counted_on"))
     portable = "fingerprint" not in data
     return lambda record: bool(record.get("portable")) == portable and not record.get("counted_on")
-
-
-def center(record: dict[str, Any]) -> float | None:
-    """The number that stands for a record: its samples' median (every process run), or its
-    value."""
-    if not record.get("samples"):
-        return record.get("value")
-    return stats.median(judge.pooled(judge.runs(record)))
 
 
 # --- commands --------------------------------------------------------------------------------
@@ -552,6 +590,36 @@ def _write_html(args: argparse.Namespace, document: dict[str, Any]) -> None:
     if args.baselines and not entries:
         say(f"note: no baseline samples for this machine in {args.baselines}", file=sys.stderr)
     writer.write(args.html, html.render(document, entries))
+
+
+def run_history(args: argparse.Namespace) -> int:
+    runs, said = history.load(args.dir, _report_problem)
+    for problem in said:
+        say(f"pytest-hpml: {problem}; left out", file=sys.stderr)
+    found = history.history(runs, args.test)
+    history.find_steps(found, args.threshold, args.confidence)
+    machines = len({run.machine for run in runs})
+    steps = list(found.steps())
+    say(
+        f"{_counted(len(runs), 'run')} at {_counted(len(found.commits), 'commit')} on "
+        f"{_counted(machines, 'machine')}, {_counted(len(found.series), 'series', 'series')}: "
+        f"{_counted(len(steps), 'step')}"
+    )
+    if steps:
+        columns = history.STEP_COLUMNS
+        body = [
+            dict(zip(columns, [s.test, *history.step_cells(found, s, step)])) for s, step in steps
+        ]
+        _print(columns, body)
+    if args.site:
+        from . import site
+
+        say(f"wrote {site.write(found, args.site)}")
+    return 2 if said else 0
+
+
+def _counted(n: int, one: str, many: str = "") -> str:
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
 
 
 def _print(columns: Sequence[str], body: list[dict[str, str]]) -> None:

@@ -61,10 +61,10 @@ OUTPUTS: dict[str, tuple[str, Callable[[Path], bool]]] = {
 
 
 def check_paths(chosen: Any, baseline_mode: str, root: Path) -> None:
-    """Stop before any test runs if a report or the baseline directory cannot be used (read,
-    or when recording written), or a report would replace a baseline file, another report of
-    the run or a file that is not a report: found at the end, the measurements of the whole run
-    would be lost."""
+    """Stop before any test runs if a report, the history or the baseline directory cannot be
+    used (read, or when recording written), or a report would replace a baseline file, another
+    report of the run or a file that is not a report: found at the end, the measurements of the
+    whole run would be lost."""
     directory = Path(root, chosen.baseline_dir)
     asked = [
         (_where(chosen, dest), dest, Path(root, getattr(chosen, dest)))
@@ -79,6 +79,13 @@ def check_paths(chosen: Any, baseline_mode: str, root: Path) -> None:
     if found:
         where, dest, problem = found
         raise pytest.UsageError(f"{where}: {getattr(chosen, dest)} {problem}")
+    if chosen.history:  # a directory added to, as the baselines' is when recording
+        kept = Path(root, chosen.history)
+        problem = _directory_problem(kept, root, recording=True)
+        if os.path.realpath(kept) == os.path.realpath(directory):
+            problem = "is the baseline directory; the history needs a directory of its own"
+        if problem:
+            raise pytest.UsageError(f"{_where(chosen, 'history')}: {chosen.history} {problem}")
     if baseline_mode != "off":
         problem = _directory_problem(directory, root, baseline_mode in ("update", "append"))
         if problem:

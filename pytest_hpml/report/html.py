@@ -98,14 +98,14 @@ def render(document: dict[str, Any], baselines: Baselines | None = None) -> str:
     and the baseline medians (and, with --hpml-against, each process's value that a verdict
     used, on both sides). See :func:`stored_baselines`.
     """
-    figure_class = _figure_class()
+    figures = figure_class()
     results = document["results"]
     sections = [
         _header(document),
         "<h2>Verdicts</h2>",
         _table(results),
-        _changes(figure_class, results),
-        _samples(figure_class, results, baselines or {}, bool(document.get("against"))),
+        _changes(figures, results),
+        _samples(figures, results, baselines or {}, bool(document.get("against"))),
     ]
     title = escape(reports.headline(reports.counts(results)))
     return (
@@ -113,6 +113,18 @@ def render(document: dict[str, Any], baselines: Baselines | None = None) -> str:
         f"{reports.HTML_TITLE}{title}</title><style>{STYLE}</style></head>\n<body>\n"
         + "\n".join(s for s in sections if s)
         + "\n</body></html>\n"
+    )
+
+
+def summary(document: dict[str, Any], extra: str = "") -> str:
+    """A page of the report without its plots: the header and the verdict table (a run's page
+    in a history site), ``extra`` HTML after them. Needs no matplotlib."""
+    results = document["results"]
+    title = escape(reports.headline(reports.counts(results)))
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"{reports.HTML_TITLE}{title}</title><style>{STYLE}</style></head>\n<body>\n"
+        f"{_header(document)}\n<h2>Verdicts</h2>\n{_table(results)}\n{extra}\n</body></html>\n"
     )
 
 
@@ -138,7 +150,7 @@ def stored_baselines(document: dict[str, Any], directory: Path | None = None) ->
     return data["entries"]
 
 
-def _figure_class() -> Any:
+def figure_class() -> Any:
     """matplotlib's Figure, used without pyplot: no backend, no global state."""
     try:
         from matplotlib.figure import Figure
@@ -253,7 +265,7 @@ def _png(figure: Any, alt: str) -> str:
     return f"<img alt='{escape(alt, quote=True)}' src='data:image/png;base64,{data}'>"
 
 
-def _plain(text: str) -> str:
+def plain(text: str) -> str:
     """Text for matplotlib, made visible: a '$' would start mathtext."""
     return reports.visible(text).replace("$", r"\$")
 
@@ -296,7 +308,7 @@ def _changes(figure_class: Any, results: list[dict[str, Any]]) -> str:
             va="center",
             fontsize=8,
         )
-    ax.set_yticks(list(ys), [_plain(_short(label)) for label, _ in bars], fontsize=8)
+    ax.set_yticks(list(ys), [plain(_short(label)) for label, _ in bars], fontsize=8)
     ax.axvline(0, color="#444", linewidth=0.8, zorder=3)
     ax.set_xlabel("change from the baseline, % (grey: within the threshold)", fontsize=9)
     ax.margins(x=0.15, y=0.5 / len(bars))
@@ -502,9 +514,9 @@ def _draw(ax: Any, shown: Panel) -> None:
     ax.set_xlim(0.4, len(groups) + 0.6)
     ax.set_ylim(*limits)
     label = f"{unit or shown.metric}: {shown.statistic}\non {shown.clock}"
-    ax.set_ylabel(_plain(label), fontsize=8)
+    ax.set_ylabel(plain(label), fontsize=8)
     ax.tick_params(axis="y", which="both", labelsize=8)
-    ax.set_title(_plain(_title(shown)), fontsize=9, color=COLOURS.get(shown.verdict, "#222"))
+    ax.set_title(plain(_title(shown)), fontsize=9, color=COLOURS.get(shown.verdict, "#222"))
 
 
 def _title(shown: Panel) -> str:

@@ -14,7 +14,7 @@ from .. import _compat
 from ..bench.metrics import is_sampled, is_work_counter
 from ..verdict import judge, paired, stats
 from ..verdict.session import Verdicts, commit, now
-from . import files, text
+from . import files, history, text
 
 
 def finish(session: pytest.Session, verdicts: Verdicts) -> None:
@@ -64,7 +64,7 @@ def _failure(test: str, message: str) -> pytest.TestReport:
 
 
 def write_reports(verdicts: Verdicts) -> None:
-    """The JSON, Markdown and HTML reports that were asked for."""
+    """The JSON, Markdown and HTML reports that were asked for, and the history record."""
     if not verdicts.duty.reports:
         return
     chosen, root = verdicts.settings, verdicts.config.rootpath
@@ -84,6 +84,12 @@ def write_reports(verdicts: Verdicts) -> None:
                 verdicts.unwritten.append(f"cannot write {path}: {exc.strerror or exc}")
             except Exception as exc:  # a report that cannot be drawn must not lose the run
                 verdicts.unwritten.append(f"cannot write {path}: {type(exc).__name__}: {exc}")
+    if chosen.history:
+        try:
+            history.add(Path(root, chosen.history), made or document(verdicts), root)
+        except OSError as exc:
+            said = exc.strerror or exc
+            verdicts.unwritten.append(f"cannot add to the history {chosen.history}: {said}")
 
 
 def document(verdicts: Verdicts) -> dict[str, Any]:
@@ -131,6 +137,9 @@ def _against(verdicts: Verdicts) -> dict[str, Any] | None:
     return {
         **text.against_block(against),
         "pairs": 0 if found is None else len(found.measured),
+        "cap": None if found is None else found.cap,
+        # pairs done and verdicts settled at each look (Note [Adaptive pairs])
+        "looks": [] if found is None else [list(look) for look in found.looks],
         "seconds": None if found is None else round(found.seconds, 1),
         "base_failed": {} if found is None else found.failed.get("base", {}),
         "removed": verdicts.removed,
@@ -164,7 +173,7 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
         reporter.write_line(f"hpml: {text.legend(verdicts.against is not None)}")
     if any(is_sampled(record) for r in results for record in r["metrics"].values()):
         what = (
-            paired.rule(verdicts.process_count // 2)
+            paired.rule(verdicts.process_count // 2, verdicts.looks)
             if verdicts.against is not None
             else judge.rule(verdicts.process_count)
         )
@@ -354,9 +363,10 @@ def _pairs(reporter: Any, verdicts: Verdicts) -> None:
     found = verdicts.pairs
     if found is None:
         return
+    stopped = found.stopped(len(verdicts.results))
     reporter.write_line(
         f"hpml: {len(found.measured)} pair(s) of processes, base and head alternating "
-        f"(they took {found.seconds:.1f} s)"
+        f"(they took {found.seconds:.1f} s){f'; {stopped}' if stopped else ''}"
     )
     for test, why in sorted(found.failed.get("base", {}).items()):
         reporter.write_line(

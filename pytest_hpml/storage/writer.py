@@ -9,6 +9,9 @@
   the standard output to.
 - A read-only file is not replaced, and a link is followed only to a file inside the project's
   root: an output inside the project never rewrites a file outside it.
+- A file added to an append-only store (:func:`add_new`) is written whole under a temporary
+  name in its directory, then linked to a name no other file has: it is never overwritten,
+  and a reader never sees it half written (Note [History]).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import re
 import stat
 import sys
 import tempfile
+import time
+import uuid
 from pathlib import Path
 
 # Names of this process's own streams: written through, never replaced.
@@ -197,3 +202,53 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+# A temporary file of add_new older than this was left by a killed writer; a younger one may be
+# a writer's at work right now.
+STALE_SECONDS = 24 * 3600
+
+
+def add_new(directory: Path, stem: str, text: str) -> Path:
+    """Add ``text`` to ``directory`` as a new file ``STEM-RANDOM.json`` and return its path.
+
+    Safe under writers at once and a writer killed at any point: the text is written to a
+    temporary file in ``directory`` (a dot file, which readers of the store skip), synced, then
+    hard-linked to its name, which fails rather than replace a file of that name; the random
+    part makes such a clash all but impossible, and a clash is retried under another. Where
+    the file system has no hard links, the temporary file is renamed, once no file has the
+    name. Temporary files older than a day, left by killed writers, are removed on the way."""
+    directory.mkdir(parents=True, exist_ok=True)
+    _remove_stale(directory)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".new-", suffix=".tmp")
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        while True:
+            path = directory / f"{stem}-{uuid.uuid4().hex[:8]}.json"
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+                    raise
+                if path.exists():
+                    continue
+                os.rename(tmp, path)  # no hard links here (some network and FAT file systems)
+            return path
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _remove_stale(directory: Path) -> None:
+    """Remove the temporary files of :func:`add_new` that killed writers left."""
+    cutoff = time.time() - STALE_SECONDS
+    for stale in directory.glob(".new-*.tmp"):
+        with contextlib.suppress(OSError):
+            if stale.stat().st_mtime < cutoff:
+                stale.unlink()

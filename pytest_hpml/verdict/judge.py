@@ -30,6 +30,14 @@ def pooled(process_runs: Sequence[Mapping[str, Any]], key: str = "samples") -> l
     return [s for run in process_runs for s in run[key]]
 
 
+def center(record: Mapping[str, Any]) -> float | None:
+    """The number that stands for a record: its samples' median (every process run), or its
+    value."""
+    if not record.get("samples"):
+        return record.get("value")
+    return stats.median(pooled(runs(record)))
+
+
 # Fewer process runs than this cannot show whether the reference steadies a benchmark.
 PROCESSES_TO_CALIBRATE = 3
 

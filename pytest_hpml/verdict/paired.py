@@ -26,9 +26,11 @@ def judge_paired(
     record: Mapping[str, Any],
     pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]],
     threshold: float,
+    looks: int = 1,
 ) -> stats.Comparison:
     """One metric of the working tree (``record``, for its kind) judged on its (head, base)
-    records, one per pair of processes."""
+    records, one per pair of processes; a test's level shared by ``looks`` (Note [Adaptive
+    pairs])."""
     kind = metrics.kind_of(record)
     if kind is None:
         reason = f"unknown metric kind {record.get('kind')!r}: not judged"
@@ -59,13 +61,15 @@ def judge_paired(
     worse = metrics.higher_is_worse(record)
     if kind.judge == "ratio":
         result = stats.compare_pairs(
-            ratios, threshold=tolerance or threshold, higher_is_worse=worse
+            ratios, threshold=tolerance or threshold, higher_is_worse=worse, looks=looks
         )
         # geometric means: their ratio is the pairs' geometric mean, the change judged
         kept = [(h, b) for h, b in picked if h > 0 and b > 0] or [(math.nan, math.nan)]
         current, baseline = (_geometric_mean(side) for side in zip(*kept))
     else:  # each side by its best process, judged on its steady ones (Note [Steady processes])
-        result = stats.compare_sides(*zip(*picked), threshold=threshold, higher_is_worse=worse)
+        result = stats.compare_sides(
+            *zip(*picked), threshold=threshold, higher_is_worse=worse, looks=looks
+        )
         current, baseline = (pick(side) for side in zip(*picked))
     sides = {
         name: tuple(float(f"{v:.6g}") for v in side)
@@ -108,16 +112,30 @@ def varying(
     return dataclasses.replace(result, reason=joined(result.reason, reason))
 
 
-def rule(processes: int) -> str:
+def rule(processes: int, looks: Sequence[int]) -> str:
     """How a time is judged head against base, in words built from the values the judge uses,
-    so that the text cannot drift from the code (``processes``: how many a side measured)."""
-    return (
-        f"each side's time is its best process's fastest sample ({processes} processes a side; "
-        f"on the measuring thread's CPU clock where it ran {THREAD_SHARE:.0%} of the time); a "
-        f"change beyond the threshold counts where Welch's t test on each side's steady "
-        f"processes (within {stats.STEADY - 1:.0%} of its best) puts it beyond chance at "
-        f"{stats.PAIR_ALPHA:.0%}, one-sided, and the middle pair of processes saw it too"
+    so that the text cannot drift from the code (``processes``: how many a side measured at
+    most; ``looks``: the pairs after which they could stop)."""
+    shared = (
+        f"{stats.PAIR_ALPHA:.0%} shared by {len(looks)} looks (after {_listed(looks)} pairs: "
+        f"{stats.PAIR_ALPHA / len(looks):.3g} each), one-sided"
+        if len(looks) > 1
+        else f"{stats.PAIR_ALPHA:.0%}, one-sided"
     )
+    return (
+        f"each side's time is its best process's fastest sample (up to {processes} processes "
+        f"a side; on the measuring thread's CPU clock where it ran {THREAD_SHARE:.0%} of the "
+        f"time); a change beyond the threshold counts where Welch's t test on each side's "
+        f"steady processes (within {stats.STEADY - 1:.0%} of its best) puts it beyond chance "
+        f"at {shared}, and the middle pair of processes saw it too; a benchmark stops at a look "
+        f"once its change is beyond the threshold so, or its interval lies within it"
+    )
+
+
+def _listed(values: Sequence[int]) -> str:
+    """3, 5 and 7."""
+    words = [str(v) for v in values]
+    return ", ".join(words[:-1]) + f" and {words[-1]}" if len(words) > 1 else words[0]
 
 
 # A process's work ran on its measuring thread when, in its least disturbed sample, that

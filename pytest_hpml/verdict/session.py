@@ -82,6 +82,7 @@ class Verdicts:
         self.demoted = 0  # regressions and improvements the session-wide control took back
         self.tested = 0  # metrics whose verdicts rest on a test
         self.pairs: Any = None  # bench.sides.Pairs, once --hpml-against measured both sides
+        self.looks: tuple[int, ...] = ()  # pairs after which they may stop (Note [Adaptive pairs])
         self.removed: list[str] = []  # benchmarks of the base revision the working tree lacks
         self.counting: Any = None  # bench.instructions.Counting, with --hpml-instructions
 
@@ -170,14 +171,16 @@ class Verdicts:
         tests = [result["test"] for result in self.results]
         if against is None or not tests:
             return
-        window = pair_window(self.settings, len(tests))
-        found = self.pairs = against.measure(tests, self.settings.pairs, window)
+        self.looks = stats.looks(self.settings.pairs)
+        found = self.pairs = against.measure(
+            tests, self.looks, lambda count: pair_window(self.settings, count), self.unsettled
+        )
         found.counted = self.counting.counted if self.counting is not None else {}
         self.process_count = 2 * len(found.measured)
         on_base = found.collected.get("base")
         for result in self.results:
             for name, record in result["metrics"].items():
-                verdict = self._against(result, name, record, on_base)
+                verdict = self._against(result, name, record, found)
                 verdict = threshold_said(verdict, record, self.settings.threshold)
                 verdict = self.settle(verdict, name, result.get("accepted"))
                 result["verdicts"][name] = dataclasses.asdict(verdict)
@@ -185,18 +188,39 @@ class Verdicts:
         if on_base is not None and on_head is not None:
             self.removed = sorted(on_base - on_head)
 
+    def unsettled(self, found: Any) -> list[str]:
+        """The benchmarks whose verdicts more pairs of processes (``found``, a
+        ``bench.sides.Pairs``) could change: a time or rate neither beyond the threshold nor
+        within it by its interval (Note [Adaptive pairs])."""
+        on_base = found.collected.get("base")
+        failed = {test for tests in found.failed.values() for test in tests}
+        return [
+            result["test"]
+            for result in self.results
+            if (on_base is None or result["test"] in on_base)
+            and result["test"] not in failed  # it would fail again
+            and not all(
+                stats.settled(self._against(result, name, record, found))
+                for name, record in result["metrics"].items()
+                if is_sampled(record)
+            )
+        ]
+
     def _against(
-        self, result: dict[str, Any], name: str, record: dict[str, Any], on_base: set[str] | None
+        self, result: dict[str, Any], name: str, record: dict[str, Any], found: Any
     ) -> stats.Comparison:
-        """One metric's verdict against the base side: new, not judged, or on its pairs."""
-        test, failed = result["test"], self.pairs.failed.get("base", {})
+        """One metric's verdict against the base side (``found``, a ``bench.sides.Pairs``):
+        new, not judged, or on its pairs."""
+        test, failed = result["test"], found.failed.get("base", {})
+        on_base = found.collected.get("base")
         if on_base is not None and test not in on_base:
             reason = "only in the working tree: nothing to compare with"
             return stats.Comparison(stats.NEW, current=_current(record), reason=reason)
         if test in failed:
             reason = f"failed on the base side ({failed[test]}): not judged"
             return stats.Comparison(stats.INCONCLUSIVE, current=_current(record), reason=reason)
-        return paired.judge_paired(record, self.pairs.runs(test, name), result["threshold"])
+        runs = found.runs(test, name)
+        return paired.judge_paired(record, runs, result["threshold"], len(self.looks))
 
     def count_instructions(self) -> None:
         """With --hpml-instructions: count the benchmarks' instructions in a process under
@@ -468,17 +492,33 @@ def now() -> str:
 
 def commit(root: Path) -> str | None:
     """The checked-out commit, if ``root`` is in a git repository."""
+    return _git_line(root, "rev-parse", "--short=12", "HEAD") or None
+
+
+def commit_time(root: Path) -> str | None:
+    """When the checked-out commit was committed (ISO 8601, UTC), if ``root`` is in a git
+    repository: the order of commits in a history, whenever each was measured."""
+    found = _git_line(root, "log", "-1", "--format=%ct", "HEAD")
+    if found is None or not found.isdigit():
+        return None
+    when = datetime.datetime.fromtimestamp(int(found), datetime.timezone.utc)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def changed(root: Path) -> bool | None:
+    """Whether tracked files differ from the checked-out commit (None outside git): a run of
+    such a tree is not the commit's."""
+    found = _git_line(root, "status", "--porcelain", "--untracked-files=no")
+    return None if found is None else bool(found)
+
+
+def _git_line(root: Path, *args: str) -> str | None:
+    """What ``git ARGS`` prints in ``root``, stripped; None where git fails or is missing."""
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
+        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    return None if out.returncode else out.stdout.strip()
 
 
 VERDICTS_KEY = pytest.StashKey[Verdicts]()

@@ -123,6 +123,8 @@ class Comparison:
     sides: dict[str, tuple[float, ...]] | None = None  # --hpml-against: each process's value
     # torch's state each side measured in, its distinct ones (Note [Torch state])
     states: dict[str, list[dict[str, Any]]] | None = None
+    # --hpml-against: the change's interval at the level of one look (Note [Adaptive pairs])
+    interval: tuple[float, float] | None = None
 
 
 def compare_samples(
@@ -198,14 +200,17 @@ def compare_pairs(
     threshold: float,
     higher_is_worse: bool = True,
     alpha: float = PAIR_ALPHA,
+    looks: int = 1,
 ) -> Comparison:
     """Judge head against base on the ratios of their medians, one per pair of processes
     measured side by side (Note [Head against base]).
 
     The change is the geometric mean of the ratios; it counts when it exceeds ``threshold``
     and a one-sample t test on the log-ratios (scipy's ``ttest_1samp``) puts it beyond chance
-    at ``alpha``, one-sided. The reason gives the pairs and the 90% confidence interval.
+    at ``alpha`` shared by ``looks`` (Note [Adaptive pairs]), one-sided. The reason gives the
+    pairs and the confidence interval at that level.
     """
+    per_look = alpha / looks
     logs = [math.log(r) for r in ratios if r > 0]
     if len(logs) < 2:
         reason = f"{len(logs)} usable pair(s) of processes: at least 2 are needed"
@@ -220,11 +225,11 @@ def compare_pairs(
     else:
         p_up = float(ttest_1samp(logs, 0.0, alternative="greater").pvalue)
         p_down = float(ttest_1samp(logs, 0.0, alternative="less").pvalue)
-    half = float(t.ppf(1 - PAIR_ALPHA, len(logs) - 1)) * sd / math.sqrt(len(logs))
-    reason = (
-        f"{len(logs)} pairs: {change:+.1%}, 90% interval {math.expm1(mean - half):+.1%} to "
-        f"{math.expm1(mean + half):+.1%}"
-    )
+    p_up, p_down = min(1.0, looks * p_up), min(1.0, looks * p_down)  # the looks' share
+    half = float(t.ppf(1 - per_look, len(logs) - 1)) * sd / math.sqrt(len(logs))
+    low, high = math.expm1(mean - half), math.expm1(mean + half)
+    level = _level(per_look)
+    reason = f"{len(logs)} pairs: {change:+.1%}, {level} interval {low:+.1%} to {high:+.1%}"
     worse, p_worse = (change > 0, p_up) if higher_is_worse else (change < 0, p_down)
     better, p_better = (change < 0, p_down) if higher_is_worse else (change > 0, p_up)
     confidence = 1 - min(p_up, p_down)
@@ -238,7 +243,47 @@ def compare_pairs(
             verdict = INCONCLUSIVE
             reason += "; change above the threshold but the pairs disagree"
     ratios = tuple(float(f"{r:.4g}") for r in ratios)
-    return Comparison(verdict, None, None, change, confidence, threshold, reason, pairs=ratios)
+    if not higher_is_worse:  # as the metric goes: a rate's interval, from its ratios'
+        low, high = -high / (1 + high), -low / (1 + low)
+    return Comparison(
+        verdict,
+        None,
+        None,
+        change,
+        confidence,
+        threshold,
+        reason,
+        pairs=ratios,
+        interval=(low, high),
+    )
+
+
+def _level(alpha: float) -> str:
+    """The two-sided confidence level that matches a one-sided test at ``alpha``: 90%, 97.5%."""
+    return f"{100 * (1 - 2 * alpha):.4g}%"
+
+
+def settled(result: Comparison) -> bool:
+    """Whether more pairs of processes could still change ``result`` (Note [Adaptive pairs]):
+    not when it is a regression or an improvement, nor a pass whose interval lies within the
+    threshold on both sides."""
+    if result.verdict in (REGRESSED, IMPROVED):
+        return True
+    if result.verdict != PASS or result.interval is None or result.threshold is None:
+        return False
+    low, high = result.interval
+    return -result.threshold < low and high < result.threshold
+
+
+def looks(cap: int) -> tuple[int, ...]:
+    """The numbers of pairs after which head against base judges whether to measure more: 3,
+    then every second pair up to ``cap`` (Note [Adaptive pairs])."""
+    first = min(FIRST_LOOK, cap)
+    return tuple(sorted({first, *range(first, cap, LOOK_EVERY), cap}))
+
+
+FIRST_LOOK = 3  # pairs: 2 a side is the least a t test takes, and a third outvotes a split
+LOOK_EVERY = 2  # pairs: each look adds one base and one head process to every order
 
 
 # A process whose fastest sample lies within this factor of its side's fastest is steady; one
@@ -253,9 +298,11 @@ def compare_sides(
     threshold: float,
     higher_is_worse: bool = True,
     alpha: float = PAIR_ALPHA,
+    looks: int = 1,
 ) -> Comparison:
     """Judge head against base on one value per process of each side: its fastest sample, or
-    for a rate its highest (Note [Steady processes]).
+    for a rate its highest (Note [Steady processes]); ``alpha`` is shared by ``looks`` (Note
+    [Adaptive pairs]).
 
     The noise of a shared machine only ever slows a process, so the change is the ratio of
     the two sides' best values. It counts when it exceeds ``threshold`` and Welch's t test
@@ -273,14 +320,21 @@ def compare_sides(
     if min(len(s) for s in steady) < 2:  # the processes differ more than spells explain
         steady = [[math.log(c) for c in side] for side in costs]
         counts += " (too few: all processes)"
-    p_slower, low, high = _welch(*steady)
+    per_look = alpha / looks
+    p_slower, low, high = _welch(*steady, per_look)
     reason = (
         f"{len(head)} pairs: {change:+.1%} (fastest of each side); {counts}, their means "
-        f"{math.expm1(low):+.1%} to {math.expm1(high):+.1%} (90% interval)"
+        f"{math.expm1(low):+.1%} to {math.expm1(high):+.1%} ({_level(per_look)} interval)"
+    )
+    # as the metric goes: a time's change of the means, or a rate's (the costs' inverse)
+    interval = (
+        (math.expm1(low), math.expm1(high))
+        if higher_is_worse
+        else (math.expm1(-high), math.expm1(-low))
     )
     slower = best[0] > best[1]  # in cost: the head's best took longer
-    p_worse = p_slower if slower else 1 - p_slower
-    confidence, verdict = 1 - min(p_slower, 1 - p_slower), PASS
+    p_worse = min(1.0, looks * (p_slower if slower else 1 - p_slower))  # the looks' share
+    confidence, verdict = 1 - min(1.0, looks * min(p_slower, 1 - p_slower)), PASS
     if abs(change) > threshold:
         split = _split(costs, change, threshold, higher_is_worse)
         if split:  # the best processes say one thing, most pairs another
@@ -291,7 +345,7 @@ def compare_sides(
         else:
             verdict = INCONCLUSIVE
             reason += "; change above the threshold but the processes disagree"
-    return Comparison(verdict, None, None, change, confidence, threshold, reason)
+    return Comparison(verdict, None, None, change, confidence, threshold, reason, interval=interval)
 
 
 def _split(costs: list[list[float]], change: float, threshold: float, higher_is_worse: bool) -> str:
@@ -321,15 +375,16 @@ def _split(costs: list[list[float]], change: float, threshold: float, higher_is_
     )
 
 
-def _welch(head: list[float], base: list[float]) -> tuple[float, float, float]:
-    """One-sided p that head's mean is above base's, and the 90% interval of the difference."""
+def _welch(head: list[float], base: list[float], alpha: float) -> tuple[float, float, float]:
+    """One-sided p that head's mean is above base's, and the difference's interval at the
+    two-sided level that matches a one-sided test at ``alpha``."""
     if len(set(head)) == 1 and len(set(base)) == 1:  # no spread to judge by: the sign decides
         difference = head[0] - base[0]
         return (0.0 if difference > 0 else 1.0 if difference < 0 else 0.5), difference, difference
     from scipy.stats import ttest_ind  # only when a verdict is computed
 
     result = ttest_ind(head, base, equal_var=False)
-    interval = result.confidence_interval(confidence_level=1 - 2 * PAIR_ALPHA)
+    interval = result.confidence_interval(confidence_level=1 - 2 * alpha)
     greater = ttest_ind(head, base, equal_var=False, alternative="greater").pvalue
     return float(greater), float(interval.low), float(interval.high)
 
