@@ -29,6 +29,7 @@ import pytest
 from ..bench import reruns
 from ..bench.metrics import is_work_counter
 from ..bench.sides import _commit, _git, remove_worktree
+from ..config.progress import plural
 from ..verdict import judge, stats
 from ..verdict.baselines import BaselineError
 from . import text
@@ -138,8 +139,8 @@ class Bisect:
             steps = math.ceil(math.log2(len(found))) if len(found) > 1 else 1
             how = "exactly" if self.against is not None else "against it in pairs of processes"
             self.say(
-                f"bisect: {len(found)} commits after {good}, {self.metric} judged {how}; "
-                f"about {steps} steps"
+                f"bisect: {plural(len(found), 'commit')} after {good}, {self.metric} judged "
+                f"{how}; about {plural(steps, 'step')}"
             )
             # GOOD is unchanged; the first change lies in (low, high]. BAD is judged only if
             # the search ends there: where an earlier commit moved, so did BAD (one change,
@@ -294,11 +295,11 @@ def bisect(
         first = search.run(good_commit, found)
     except pytest.UsageError as exc:  # git failed
         raise BisectError(str(exc)) from None
-    took = f"{search.measured} pytest runs, {time.monotonic() - began:.0f} s"
+    took = f"{plural(search.measured, 'pytest run')}, {time.monotonic() - began:.0f} s"
     if first is None:
         say(f"bisect: {metric} at {bad} is as at {good}: no commit changed it ({took})")
         return 1
     say(f"first commit where {metric} changed: {first.commit.sha} {first.commit.subject}")
     say(f"  {metric} {first.verdict['verdict']}: {describe(first.verdict, first.unit)}")
-    say(f"bisect: {len(found)} commits searched in {took}")
+    say(f"bisect: {plural(len(found), 'commit')} searched in {took}")
     return 0

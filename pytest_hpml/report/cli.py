@@ -630,5 +630,6 @@ def _print(columns: Sequence[str], body: list[dict[str, str]]) -> None:
 def say(line: str, file: TextIO | None = None) -> None:
     """Print one line of the command's output (standard output unless ``file``), made visible
     (``text.visible``): test ids, machine names, paths and errors come from files a pull
-    request can craft, and a terminal acts on the controls they may hold."""
-    print(text.visible(line), file=sys.stdout if file is None else file)
+    request can craft, and a terminal acts on the controls they may hold. Flushed: a CI log
+    shows bisect's progress as it goes, not at its end."""
+    print(text.visible(line), file=sys.stdout if file is None else file, flush=True)
