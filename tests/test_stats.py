@@ -716,3 +716,27 @@ def test_each_look_takes_its_share_of_the_level() -> None:
     assert pairs.interval is not None
     assert pairs.interval[0] > 0.06
     assert stats.settled(pairs)
+
+
+def test_head_against_base_controls_the_session_at_the_pairs_level() -> None:
+    """Benjamini-Hochberg at 5% with --hpml-against (Note [Head against base]), at 1% against
+    stored baselines (Note [Many metrics]): q = 0.04 stands in the first, not the second."""
+    from pytest_hpml.verdict import policy
+
+    def session() -> list[dict[str, Any]]:
+        return [
+            {
+                "test": "t",
+                "verdicts": {
+                    "time": {"verdict": "regressed", "confidence": 0.98, "change": 0.1},
+                    "time[other]": {"verdict": "pass", "confidence": 0.5, "change": 0.0},
+                },
+            }
+        ]
+
+    against, stored = session(), session()
+    assert policy.control(against, strict=False, against=True) == (0, 2)
+    assert against[0]["verdicts"]["time"]["verdict"] == "regressed"
+    assert policy.control(stored, strict=False) == (1, 2)
+    assert stored[0]["verdicts"]["time"]["verdict"] == "inconclusive"
+    assert "needs < 0.01" in stored[0]["verdicts"]["time"]["reason"]

@@ -62,7 +62,8 @@ def merge(reports: Sequence[Report]) -> tuple[dict[str, Any], int]:
     results, repeated = _results(reports)
     demoted = tested = 0
     if first["baseline_mode"] == "compare" or first.get("against"):  # as the session judges
-        demoted, tested = policy.control(results, first["counters"] == "strict")
+        strict = first["counters"] == "strict"
+        demoted, tested = policy.control(results, strict, bool(first.get("against")))
     documents = [document for _, document in reports]
     merged = {
         **{key: first.get(key) for key in ("format", "commit", "fingerprint", "counters")},

@@ -206,16 +206,17 @@ def traded(verdicts: dict[str, dict[str, Any]], strict: bool) -> int:
 BEFORE_CONTROL = "before_control"
 
 
-def control(results: list[dict[str, Any]], strict: bool) -> tuple[int, int]:
+def control(results: list[dict[str, Any]], strict: bool, against: bool = False) -> tuple[int, int]:
     """The steps that judge a session's verdicts together, once every metric is judged: the
     Benjamini-Hochberg control over all tested metrics (Note [Many metrics]), then per test
     the size counters a measured speed-up paid for and the transfers traded for syncs (Note
     [Counter policy]). Each verdict these change (``results``' verdict dicts, in place) keeps
     its earlier verdict and reason under BEFORE_CONTROL. Returns (demoted, tested): how many
-    changes the control demoted, and how many metrics rest on a test."""
+    changes the control demoted, and how many metrics rest on a test. Head against base
+    (``against``) controls at the pairs' own level (Note [Head against base])."""
     everything = [v for result in results for v in result["verdicts"].values()]
     before = [(v["verdict"], v.get("reason", "")) for v in everything]
-    demoted = stats.session_wide(everything)
+    demoted = stats.session_wide(everything, stats.PAIR_ALPHA if against else stats.ALPHA)
     for result in results:
         paid_for(result["verdicts"], strict)
         traded(result["verdicts"], strict)

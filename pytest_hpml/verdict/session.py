@@ -281,7 +281,7 @@ class Verdicts:
         if not self.judging:
             return
         strict = self.settings.counters == "strict"
-        self.demoted, self.tested = policy.control(self.results, strict)
+        self.demoted, self.tested = policy.control(self.results, strict, bool(self.duty.against))
 
     def judge(
         self,
