@@ -164,3 +164,40 @@ def test_processes_at_two_speeds_give_no_verdict(
     assert verdict["confidence"] is None
     assert "the pairs of processes disagree (5 pairs: " in verdict["reason"], verdict["reason"]
     assert result.ret == pytest.ExitCode.OK
+
+
+# A benchmark that leaves torch's deterministic flag alone, one that sets it, and checks after
+# each: the flag is restored, and restoring an unchanged one imports nothing.
+DETERMINISTIC = """
+import sys
+
+import torch
+
+
+def test_untouched(benchmark):
+    benchmark(torch.ones, 4)
+
+
+def test_nothing_more_was_imported():
+    assert "torch._inductor" not in sys.modules
+
+
+def test_sets_it(benchmark):
+    torch.use_deterministic_algorithms(True)
+    benchmark(torch.ones, 4)
+
+
+def test_it_is_restored():
+    assert not torch.are_deterministic_algorithms_enabled()
+"""
+
+
+def test_the_deterministic_flag_is_restored_only_where_a_test_changed_it(
+    project: Project,
+) -> None:
+    """Setting the flag imports torch._inductor (1.6 s the first time, in every fresh process
+    of a comparison): putting back a value that did not change must not (Note [Cheaper
+    processes])."""
+    project.write_tests(DETERMINISTIC)
+    result = project.run_subprocess(BENCH_TIME, "--hpml-baseline=off")
+    result.assert_outcomes(passed=4)

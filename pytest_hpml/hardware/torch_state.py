@@ -162,8 +162,7 @@ def _torch_restorer(torch: ModuleType) -> Callable[[], None]:
     """A function that puts torch's process-wide state back as it is now."""
     threads, grad = torch.get_num_threads(), torch.is_grad_enabled()
     dtype, matmul = torch.get_default_dtype(), torch.get_float32_matmul_precision()
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    deterministic = _deterministic(torch)
     rng = torch.get_rng_state()
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
 
@@ -172,12 +171,22 @@ def _torch_restorer(torch: ModuleType) -> Callable[[], None]:
         torch.set_grad_enabled(grad)
         torch.set_default_dtype(dtype)
         torch.set_float32_matmul_precision(matmul)
-        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+        # only where it changed: setting it imports torch._inductor, 1.6 s the first time
+        if _deterministic(torch) != deterministic:
+            torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
         torch.set_rng_state(rng)
         if cuda is not None:
             torch.cuda.set_rng_state_all(cuda)
 
     return restore
+
+
+def _deterministic(torch: ModuleType) -> tuple[bool, bool]:
+    """Whether torch uses deterministic algorithms only, and whether it only warns."""
+    return (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
