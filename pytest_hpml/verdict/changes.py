@@ -103,6 +103,12 @@ def _candidates(logs: Sequence[float]) -> list[int]:
     return list(found.predict(pen=PENALTY * math.log(len(logs))))[:-1]  # the last is the end
 
 
+def _neighbours(cuts: list[int], i: int, count: int) -> tuple[int, int]:
+    """The segment around step ``i`` of ``cuts``: from the step before it (or the first of
+    ``count`` values) to the step after it (or the end)."""
+    return (cuts[i - 1] if i else 0), (cuts[i + 1] if i + 1 < len(cuts) else count)
+
+
 def _step(
     values: Sequence[float],
     logs: Sequence[float],
@@ -115,8 +121,7 @@ def _step(
     that holds one value before and another after stepped for certain: nothing but the code
     moves a count, and a permutation test of a few commits could not say more than 1 in the
     number of ways to order them."""
-    low = cuts[i - 1] if i else 0
-    high = cuts[i + 1] if i + 1 < len(cuts) else len(values)
+    low, high = _neighbours(cuts, i, len(values))
     cut = cuts[i]
     before, after = list(values[low:cut]), list(values[cut:high])
     exact = counted and len(set(before)) == 1 and len(set(after)) == 1 and before != after
@@ -139,8 +144,7 @@ def _placed(
     """Step ``i`` of ``cuts`` placed where the absolute deviations from the two sides'
     medians are least, between its neighbours: Pelt's squared error moves a step by a commit
     or two towards an outlier beside it; the absolute deviations hardly do."""
-    low = cuts[i - 1] if i else 0
-    high = cuts[i + 1] if i + 1 < len(cuts) else len(values)
+    low, high = _neighbours(cuts, i, len(values))
 
     def cost(cut: int) -> float:
         return _deviation(logs[low:cut]) + _deviation(logs[cut:high])
