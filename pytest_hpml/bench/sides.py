@@ -71,12 +71,13 @@ class Pairs:
     # side -> test -> metrics counted once per side under valgrind (--hpml-instructions)
     counted: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     cap: int = 0  # the most pairs a benchmark gets (--hpml-pairs)
+    benchmarks: int = 0  # how many were to be measured
     # at each look (Note [Adaptive pairs]): pairs done, and how many benchmarks were settled
     looks: list[tuple[int, int]] = field(default_factory=list)
 
-    def stopped(self, benchmarks: int) -> str:
+    def stopped(self) -> str:
         """Why the pairs stopped where they did, in words."""
-        done = len(self.measured)
+        done, benchmarks = len(self.measured), self.benchmarks
         if done < self.cap and self.looks and self.looks[-1][1] == benchmarks:
             return f"every verdict settled after {done} of at most {plural(self.cap, 'pair')}"
         settled = self.looks[-1][1] if self.looks else 0
@@ -176,7 +177,7 @@ class Against:
         pairs]). Ctrl-C stops the process measuring and ends the run as pytest does, keeping
         the pairs completed."""
         cap = looks[-1]
-        found = Pairs(self.base, self.head, cap=cap)
+        found = Pairs(self.base, self.head, cap=cap, benchmarks=len(tests))
         start = time.monotonic()
         doing = f"measuring {plural(len(tests), 'benchmark')} in " + (
             f"pairs of fresh processes, base and head alternating, until each verdict is "
@@ -209,7 +210,7 @@ class Against:
                 progress.step(index + 1)
             else:
                 found.looks.append((cap, len(tests) - len(unsettled(found))))
-            progress.close(found.stopped(len(tests)) or None)
+            progress.close(found.stopped() or None)
         found.seconds = time.monotonic() - start
         return found
 

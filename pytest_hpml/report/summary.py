@@ -363,7 +363,7 @@ def _pairs(reporter: Any, verdicts: Verdicts) -> None:
     found = verdicts.pairs
     if found is None:
         return
-    stopped = found.stopped(len(verdicts.results))
+    stopped = found.stopped()
     reporter.write_line(
         f"hpml: {len(found.measured)} pair(s) of processes, base and head alternating "
         f"(they took {found.seconds:.1f} s){f'; {stopped}' if stopped else ''}"
