@@ -184,9 +184,11 @@ def test_without_valgrind_one_line_says_so(project: Project) -> None:
 
 
 @needs_valgrind
-def test_against_base_counts_both_sides_in_the_same_job(project: Project) -> None:
+def test_against_base_counts_both_sides_of_the_changed_benchmarks(project: Project) -> None:
     """With --hpml-against, one process under valgrind per side; the counts are judged
-    against each other, with no stored baseline."""
+    against each other, with no stored baseline. ``changed`` counts only the benchmark whose
+    operators changed: the others' counters are the same on both sides and their times pass
+    (judged at 1000% here, so the added Python work passes too: Note [Changed benchmarks])."""
     from tests.conftest import git
 
     project.pytester.makepyfile(step=STEP, test_inner=TESTS)
@@ -195,14 +197,26 @@ def test_against_base_counts_both_sides_in_the_same_job(project: Project) -> Non
     git(project.path, "commit", "-qm", "base")
     planted = STEP.replace('os.environ.get("PLANT") == "1"', "True")
     (project.path / "step.py").write_text(planted)  # the working tree adds work; HEAD does not
-    result = run(project, "--hpml-against=HEAD", "--hpml-pairs=2", "-k", "not opted_out")
-    verdicts = judged(project)
-    assert verdicts[("test_unchanged", "instructions")]["verdict"] == "pass"
-    for test in ("test_more_torch_work", "test_more_python_work"):
-        assert verdicts[(test, "instructions")]["verdict"] == "regressed", verdicts
-    result.stdout.fnmatch_lines(
-        ["hpml: instructions of 4 of 5 benchmark(s) counted under callgrind in 2 process(es)*"]
+    result = run(
+        project,
+        "--hpml-against=HEAD",
+        "--hpml-pairs=2",
+        "-k",
+        "not opted_out",
+        "--hpml-instructions=changed",
     )
+    verdicts = judged(project)
+    assert verdicts[("test_more_torch_work", "instructions")]["verdict"] == "regressed"
+    assert verdicts[("test_more_torch_work", "ops")]["verdict"] != "pass"  # one more operator
+    counted = {test for test, metric in verdicts if metric.startswith("instructions")}
+    assert counted == {"test_more_torch_work"}, verdicts
+    result.stdout.fnmatch_lines(
+        [
+            "hpml: instructions of 1 of 1 benchmark(s) counted under callgrind in 2 process(es)*",
+            "hpml: instructions of 4 benchmarks not counted (--hpml-instructions=changed)*",
+        ]
+    )
+    assert json.loads((project.path / "r.json").read_text())["instructions"]["left_out"] == 4
     assert not list(project.path.glob("baselines/instructions-*.json"))
     assert "under valgrind:" not in result.stdout.str()
     assert "failed on the base side" not in result.stdout.str()

@@ -76,7 +76,8 @@ def test_no_time_baseline_for_this_machine_names_the_nearest_stored_one(project:
     project.bench("--hpml-baseline=update")
     machine = project.baseline_files()["machine"]
     data = json.loads(machine.read_text())
-    data["fingerprint"]["cpu"] = "Intel(R) Xeon(R) Processor"  # recorded on another CPU string
+    other = OTHER_CPUS[data["fingerprint"]["cpu"] == OTHER_CPUS[0]]  # not this machine's
+    data["fingerprint"]["cpu"] = other  # recorded on another CPU string
     machine.unlink()
     (project.baseline_dir / "machine-other-0123456789ab.json").write_text(json.dumps(data))
     result = project.bench()
@@ -84,5 +85,23 @@ def test_no_time_baseline_for_this_machine_names_the_nearest_stored_one(project:
     line = next(x for x in result.outlines if x.startswith("hpml: no time baselines"))
     assert "1 other machine(s) stored, the nearest machine-other-0123456789ab.json" in line
     assert "which differs in cpu: " in line
-    assert "'Intel(R) Xeon(R) Processor' there" in line
+    assert f"{other!r} there" in line
     assert "Record here with --hpml-baseline=update" in line
+
+
+# CPU strings the VMs report: a test picks the one this machine does not
+OTHER_CPUS = ("Intel(R) Xeon(R) Processor", "AMD EPYC 7B13")
+
+
+def test_a_baseline_of_this_machine_under_another_name_is_said_so(project: Project) -> None:
+    project.write_tests("import torch  # noqa: F401\n" + count_tests(1, timed=True))
+    project.bench("--hpml-baseline=update")
+    machine = project.baseline_files()["machine"]
+    machine.rename(project.baseline_dir / "machine-renamed.json")
+    result = project.bench()
+    assert result.ret == pytest.ExitCode.OK
+    line = next(x for x in result.outlines if x.startswith("hpml: no time baselines"))
+    assert (
+        "the nearest machine-renamed.json, whose fingerprint is this machine's under another "
+        f"name (renamed? this machine's is {machine.name})"
+    ) in line

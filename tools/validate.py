@@ -183,7 +183,7 @@ def run_gate(
     command = [
         str(head), "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN",
         "--hpml-against=HEAD", f"--hpml-against-python={base}", f"--hpml-report={report}",
-        *(["--hpml-instructions"] if args.instructions else []), *args.hpml,
+        *(["--hpml-instructions=all"] if args.instructions else []), *args.hpml,
     ]  # fmt: skip
     started = time.monotonic()
     found = _run(command, cwd=folder, env=_clean_env())

@@ -420,6 +420,7 @@ class Counting:
     seconds: float = 0.0  # wall time of the processes under valgrind, start-up included
     counting: dict[str, float] = field(default_factory=dict)  # test id -> seconds counting it
     tests: int = 0  # benchmarks asked for
+    left_out: int = 0  # benchmarks --hpml-instructions=changed did not ask for
 
     @property
     def on(self) -> str:
@@ -454,13 +455,16 @@ def count(
         return found
     start = time.monotonic()
 
+    from .reruns import NARROW_KEY
+
     def one(side: str) -> tuple[str, Any, Any]:
         with tempfile.TemporaryDirectory(prefix="pytest-hpml-callgrind-") as directory:
             return side, *sides[side](
                 tests,
                 wrapper=command(Path(directory)),
                 env=environment(),
-                request={REQUEST_KEY: directory},
+                # the files of the tests it counts only: valgrind makes every import slow
+                request={REQUEST_KEY: directory, NARROW_KEY: True},
             )
 
     # The sides' processes run at once where there are cores for them: a count does not

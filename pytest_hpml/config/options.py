@@ -21,7 +21,7 @@ import sys
 import unicodedata
 import warnings
 from collections.abc import Iterator, Mapping
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Literal, NamedTuple
 
 import pytest
 
@@ -338,6 +338,22 @@ def parse_bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {quoted(value)}")
 
 
+def parse_instructions(value: str) -> Literal[False, "all", "changed"]:
+    """Which benchmarks --hpml-instructions counts: all (or a truth value), changed, or none
+    (off, or a false one)."""
+    text = str(value).strip().lower()
+    if text in ("all", "changed"):
+        return text  # type: ignore[return-value]
+    try:
+        return "all" if parse_bool(text) else False
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected all, changed or off, got {quoted(value)} (a path after a bare "
+            "--hpml-instructions is read as its value: give the paths first, or "
+            "--hpml-instructions=all)"
+        ) from None
+
+
 # What Option.read gives for an empty or blank value: unset (Note [Blank values]). No parser
 # gives an empty string for anything else, and a string crosses to pytest-xdist's workers.
 BLANK = ""
@@ -374,6 +390,9 @@ class Option(NamedTuple):
     default: str
     metavar: str = ""
     flag: bool = False
+    # what the option given without a value means (``--hpml-instructions``): it then takes a
+    # value only as ``--hpml-NAME=VALUE``, as pytest-cov's ``--cov`` does
+    bare: str = ""
 
     @property
     def cli(self) -> str:
@@ -617,10 +636,15 @@ OPTIONS: tuple[Option, ...] = (
         "also count each benchmark's CPU instructions per call under valgrind's callgrind, in "
         "one more pytest process after the tests (one per side with --hpml-against), and judge "
         "them as a count within a tolerance of 0.01 (hpml_bench(tolerance={'instructions': "
-        "...}) per test): no neighbour on the machine moves them; needs valgrind and minutes",
-        parse_bool,
-        "false",
-        flag=True,
+        "...}) per test): no neighbour on the machine moves them; needs valgrind and minutes. "
+        "all (the option alone) counts every benchmark; changed only those whose work counters "
+        "differ from the other side's or the baseline's, or whose time is not a pass settled "
+        "within the threshold (Note [Changed benchmarks]); off counts none. A value only as "
+        "--hpml-instructions=VALUE",
+        parse_instructions,
+        "off",
+        "all|changed|off",
+        bare="all",
     ),
     Option(
         "counters",
@@ -720,7 +744,7 @@ class Settings(NamedTuple):
     threads: int | None  # None: auto
     processes: int
     record_processes: int
-    instructions: bool
+    instructions: Literal[False, "all", "changed"]
     counters: str
     peak_flops: float | None  # None: the hook's, or the table's
     machine: str
@@ -750,6 +774,7 @@ def register(parser: pytest.Parser) -> None:
             )
             parser.addini(opt.ini, opt.help, type="bool", default=None)
         else:
+            bare = {"nargs": "?", "const": opt.read(opt.bare)} if opt.bare else {}
             group.addoption(
                 opt.cli,
                 type=opt.read,  # the parser of every source: a blank value is BLANK
@@ -757,6 +782,7 @@ def register(parser: pytest.Parser) -> None:
                 dest=f"hpml_{opt.dest}",
                 metavar=opt.metavar,
                 help=opt.help + suffix,
+                **bare,
             )
             parser.addini(opt.ini, opt.help, default=None)
 
@@ -804,6 +830,8 @@ def _ini(config: pytest.Config, opt: Option) -> Any:
         raise pytest.UsageError(
             f"ini {opt.ini} ({config.inipath}): expected true or false ({exc})"
         ) from None
+    if isinstance(value, bool) and opt.bare:  # TOML's true for an option also on and off
+        value = str(value).lower()
     if value is not None and not opt.flag and not isinstance(value, str):
         raise pytest.UsageError(_not_text(config, opt, value))  # [tool.pytest.ini_options]
     return value

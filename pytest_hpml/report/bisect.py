@@ -235,7 +235,7 @@ class Bisect:
 
     def _command(self, first: Sequence[str]) -> list[str]:
         """pytest's command line: ``first``, then the user's arguments (which override it)."""
-        instructions = ["--hpml-instructions"] if self.metric == "instructions" else []
+        instructions = ["--hpml-instructions=all"] if self.metric == "instructions" else []
         return [
             sys.executable,
             "-m",

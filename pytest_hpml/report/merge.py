@@ -175,6 +175,7 @@ def _instructions(blocks: list[dict[str, Any] | None]) -> dict[str, Any] | None:
     return {
         **found[0],
         "benchmarks": sum(b.get("benchmarks") or 0 for b in found),
+        "left_out": sum(b.get("left_out") or 0 for b in found),
         "seconds": _total(b.get("seconds") for b in found),
         "counting_seconds": _joined(b.get("counting_seconds") for b in found),
         "failed": failed,

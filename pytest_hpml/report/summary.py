@@ -12,6 +12,7 @@ import pytest
 
 from .. import _compat
 from ..bench.metrics import is_sampled, is_work_counter
+from ..config.progress import plural
 from ..verdict import judge, paired, stats
 from ..verdict.session import Verdicts, commit, now
 from . import files, history, text
@@ -22,12 +23,13 @@ def finish(session: pytest.Session, verdicts: Verdicts) -> None:
     the run was judged against), record baselines, and fail the session on a regression."""
     measuring = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
     if session.exitstatus in measuring:
-        verdicts.count_instructions()
-    if session.exitstatus in measuring:  # unless Ctrl-C stopped the counting
         if verdicts.against is not None:
             verdicts.measure_against()
         else:
             verdicts.measure_again()
+    # after the times are judged: --hpml-instructions=changed counts where they did not pass
+    if session.exitstatus in measuring:  # unless Ctrl-C stopped the measuring
+        verdicts.count_instructions()
     verdicts.control_false_alarms()
     write_reports(verdicts)
     if verdicts.recording:
@@ -120,6 +122,7 @@ def _counting(verdicts: Verdicts) -> dict[str, Any] | None:
     return {
         "counted_on": found.on,
         "benchmarks": found.tests,
+        "left_out": found.left_out,  # by --hpml-instructions=changed
         "seconds": round(found.seconds, 1),
         "counting_seconds": {test: round(t, 2) for test, t in found.counting.items()},
         "failed": found.failed,
@@ -276,6 +279,12 @@ def _instructions(reporter: Any, verdicts: Verdicts) -> None:
             f"callgrind in {len(found.counted)} process(es), {found.seconds:.1f} s in all: "
             f"{sum(spent):.1f} s counting, at most {max(spent, default=0.0):.1f} s a "
             f"benchmark, the rest starting valgrind and the tests; counted on {found.on}"
+        )
+    if found.left_out:
+        reporter.write_line(
+            f"hpml: instructions of {plural(found.left_out, 'benchmark')} not counted "
+            "(--hpml-instructions=changed): their work counters unchanged and their times "
+            "passed within the threshold"
         )
     for side, failed in found.failed.items():
         for test, why in failed.items():

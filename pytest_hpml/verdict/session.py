@@ -175,18 +175,24 @@ class Verdicts:
         found = self.pairs = against.measure(
             tests, self.looks, lambda count: pair_window(self.settings, count), self.unsettled
         )
-        found.counted = self.counting.counted if self.counting is not None else {}
         self.process_count = 2 * len(found.measured)
         on_base = found.collected.get("base")
         for result in self.results:
-            for name, record in result["metrics"].items():
-                verdict = self._against(result, name, record, found)
-                verdict = threshold_said(verdict, record, self.settings.threshold)
-                verdict = self.settle(verdict, name, result.get("accepted"))
-                result["verdicts"][name] = dataclasses.asdict(verdict)
+            result["verdicts"].update(self.judge_against(result, result["metrics"]))
         on_head = found.collected.get("head")
         if on_base is not None and on_head is not None:
             self.removed = sorted(on_base - on_head)
+
+    def judge_against(self, result: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
+        """Verdicts for ``metrics`` of one test (``result``) on the pairs of processes and
+        the counts under valgrind of both sides."""
+        verdicts = {}
+        for name, record in metrics.items():
+            verdict = self._against(result, name, record, self.pairs)
+            verdict = threshold_said(verdict, record, self.settings.threshold)
+            verdict = self.settle(verdict, name, result.get("accepted"))
+            verdicts[name] = dataclasses.asdict(verdict)
+        return verdicts
 
     def unsettled(self, found: Any) -> list[str]:
         """The benchmarks whose verdicts more pairs of processes (``found``, a
@@ -230,7 +236,8 @@ class Verdicts:
             return
         from ..bench import instructions
 
-        tests = [r["test"] for r in self.results if r.get("instructions", True)]
+        asked = [r for r in self.results if r.get("instructions", True)]
+        tests = [r["test"] for r in asked if self._may_have_changed(r)]
         against = self.against
         if against is None:
             sides = {"head": functools.partial(reruns.ask, self.config, bench_time=0.0)}
@@ -244,14 +251,29 @@ class Verdicts:
             self.counting = instructions.Counting(notes=["instructions not counted (interrupted)"])
             reruns.interrupted(self.config)
             return
+        self.counting.left_out = len(asked) - len(tests)
+        if self.pairs is not None:
+            self.pairs.counted = self.counting.counted
         counted = self.counting.counted.get("head", {})
         for result in self.results:
             found = counted.get(result["test"], {})
             result["metrics"].update(found)
-            verdicts = self.judge(
-                result["test"], found, result["threshold"], result.get("accepted")
+            verdicts = (
+                self.judge_against(result, found)
+                if self.pairs is not None
+                else self.judge(result["test"], found, result["threshold"], result.get("accepted"))
             )
             result["verdicts"].update(verdicts)
+
+    def _may_have_changed(self, result: dict[str, Any]) -> bool:
+        """Whether --hpml-instructions counts ``result``'s benchmark: always, unless asked for
+        the changed ones only (Note [Changed benchmarks]) in a run that judges; then where a
+        work counter or a time did not pass, or a time's interval reaches beyond the
+        threshold."""
+        if self.settings.instructions != "changed" or not self.judging:
+            return True
+        verdicts = result["verdicts"].values()
+        return not verdicts or not all(stats.quiet(verdict) for verdict in verdicts)
 
     def busy_benchmarks(self) -> dict[str, str]:
         """The benchmarks whose runs here show a busy machine, and how (Note [Busy machine])."""
@@ -440,10 +462,16 @@ class Verdicts:
         if not stored:
             return None
         differences, name = min(stored, key=lambda found: len(found[0]))
+        how = (
+            f"which differs in {'; '.join(differences)}"
+            if differences
+            else f"whose fingerprint is this machine's under another name (renamed? this "
+            f"machine's is {mine.name})"
+        )
         return (
             f"no time baselines for this machine ({self.fingerprint.label}, id "
             f"{self.fingerprint.id}); {len(stored)} other machine(s) stored, the nearest "
-            f"{name}, which differs in {'; '.join(differences)}. Record here with "
+            f"{name}, {how}. Record here with "
             "--hpml-baseline=update, or key baselines your own way (pytest_hpml_fingerprint)"
         )
 

@@ -275,6 +275,18 @@ def settled(result: Comparison) -> bool:
     return -result.threshold < low and high < result.threshold
 
 
+def quiet(verdict: dict[str, Any]) -> bool:
+    """Whether a judged metric (a :class:`Comparison` as a dict) shows no change a count of
+    instructions could add to (Note [Changed benchmarks]): a pass, settled where it has an
+    interval (head against base)."""
+    if verdict.get("verdict") != PASS:
+        return False
+    if verdict.get("interval") is None or verdict.get("threshold") is None:
+        return True
+    low, high = verdict["interval"]
+    return -verdict["threshold"] < low and high < verdict["threshold"]
+
+
 def looks(cap: int) -> tuple[int, ...]:
     """The numbers of pairs after which head against base judges whether to measure more: 3,
     then every second pair up to ``cap`` (Note [Adaptive pairs])."""
