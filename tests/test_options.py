@@ -472,6 +472,18 @@ def test_a_toml_value_that_is_no_string_says_how_to_write_it(
     assert "Warning" not in result.stdout.str() + result.stderr.str()
 
 
+@pytest.mark.parametrize("table", ["tool.pytest", "tool.pytest.ini_options"])
+def test_a_toml_boolean_turns_instructions_on_or_off(project: Project, table: str) -> None:
+    """--hpml-instructions takes all, changed or off, and the truth values it took as a flag:
+    a TOML true or false in either table."""
+    if table == "tool.pytest" and int(pytest.__version__.split(".")[0]) < 9:
+        pytest.skip("pytest 9 reads [tool.pytest]")
+    project.pytester.makepyprojecttoml(f"[{table}]\nhpml_instructions = false\n")
+    assert project.run().ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    project.pytester.makepyprojecttoml(f"[{table}]\nhpml_instructions = 3\n")
+    assert project.run().ret == pytest.ExitCode.USAGE_ERROR
+
+
 def test_a_toml_number_under_ini_options_is_read_as_its_text(project: Project) -> None:
     """pytest gives the scalars of [tool.pytest.ini_options] as text: a number there is fine."""
     project.pytester.makepyprojecttoml("[tool.pytest.ini_options]\nhpml_seed = 12\n")

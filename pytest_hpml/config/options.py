@@ -821,9 +821,10 @@ def _ini(config: pytest.Config, opt: Option) -> Any:
             value = config.getini(opt.ini)
     except (ValueError, TypeError, pytest.UsageError) as exc:  # pytest 9: as UsageError
         if not opt.flag:  # pytest 9's [tool.pytest] table: "expects a string, got int: 12"
-            found = re.search(r"got \w+: (.*)$", str(exc))
-            said = _not_text(config, opt, _literal(found and found.group(1)))
-            raise pytest.UsageError(said) from None
+            found = _literal((re.search(r"got \w+: (.*)$", str(exc)) or [None, None])[1])
+            if isinstance(found, bool) and opt.bare:  # on and off, besides its words
+                return str(found).lower()
+            raise pytest.UsageError(_not_text(config, opt, found)) from None
         found = re.search(r"truth value (['\"])(.*)\1", str(exc))
         if found is not None and not found.group(2).strip():
             return BLANK
