@@ -188,7 +188,9 @@ def test_against_base_counts_both_sides_of_the_changed_benchmarks(project: Proje
     """With --hpml-against, one process under valgrind per side; the counts are judged
     against each other, with no stored baseline. ``changed`` counts only the benchmark whose
     operators changed: the others' counters are the same on both sides and their times pass
-    (judged at 1000% here, so the added Python work passes too: Note [Changed benchmarks])."""
+    (judged at 1000% here, so the added Python work passes too: Note [Changed benchmarks]).
+    The DataLoader benchmarks are left out: the speed-up of a worker's start is unsettled at
+    2 pairs as often as not, and an unsettled one is counted."""
     from tests.conftest import git
 
     project.pytester.makepyfile(step=STEP, test_inner=TESTS)
@@ -202,7 +204,7 @@ def test_against_base_counts_both_sides_of_the_changed_benchmarks(project: Proje
         "--hpml-against=HEAD",
         "--hpml-pairs=2",
         "-k",
-        "not opted_out",
+        "not opted_out and not loading",
         "--hpml-instructions=changed",
     )
     verdicts = judged(project)
@@ -213,10 +215,10 @@ def test_against_base_counts_both_sides_of_the_changed_benchmarks(project: Proje
     result.stdout.fnmatch_lines(
         [
             "hpml: instructions of 1 of 1 benchmark(s) counted under callgrind in 2 process(es)*",
-            "hpml: instructions of 4 benchmarks not counted (--hpml-instructions=changed)*",
+            "hpml: instructions of 2 benchmarks not counted (--hpml-instructions=changed)*",
         ]
     )
-    assert json.loads((project.path / "r.json").read_text())["instructions"]["left_out"] == 4
+    assert json.loads((project.path / "r.json").read_text())["instructions"]["left_out"] == 2
     assert not list(project.path.glob("baselines/instructions-*.json"))
     assert "under valgrind:" not in result.stdout.str()
     assert "failed on the base side" not in result.stdout.str()
