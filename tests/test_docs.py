@@ -71,3 +71,12 @@ def test_a_page_names_only_options_the_code_has(page: Path) -> None:
 
 def test_the_readme_is_read_in_five_minutes() -> None:
     assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 250
+
+
+def test_ci_runs_the_readmes_test_command_line_for_line() -> None:
+    """What .ci/run runs is a line of the README's code, not a paraphrase of it."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    run = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    commands = [line for line in run if line and not line.startswith(("#", "set ", "cd "))]
+    assert commands == ["python3 -m pip install tox && python3 -m tox -e docs,build,tests"]
+    assert commands[0] in readme

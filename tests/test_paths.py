@@ -71,6 +71,10 @@ def test_an_update_through_a_linked_baseline_file_updates_its_target(project: Pr
     assert entries["test_inner.py::test_0"]["n"]["value"] == 2
 
 
+# CPU strings the VMs report: a test picks the one this machine does not
+OTHER_CPUS = ("Intel(R) Xeon(R) Processor", "AMD EPYC 7B13")
+
+
 def test_no_time_baseline_for_this_machine_names_the_nearest_stored_one(project: Project) -> None:
     project.write_tests("import torch  # noqa: F401\n" + count_tests(1, timed=True))
     project.bench("--hpml-baseline=update")
@@ -87,10 +91,6 @@ def test_no_time_baseline_for_this_machine_names_the_nearest_stored_one(project:
     assert "which differs in cpu: " in line
     assert f"{other!r} there" in line
     assert "Record here with --hpml-baseline=update" in line
-
-
-# CPU strings the VMs report: a test picks the one this machine does not
-OTHER_CPUS = ("Intel(R) Xeon(R) Processor", "AMD EPYC 7B13")
 
 
 def test_a_baseline_of_this_machine_under_another_name_is_said_so(project: Project) -> None:

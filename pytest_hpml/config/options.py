@@ -821,16 +821,16 @@ def _ini(config: pytest.Config, opt: Option) -> Any:
             value = config.getini(opt.ini)
     except (ValueError, TypeError, pytest.UsageError) as exc:  # pytest 9: as UsageError
         if not opt.flag:  # pytest 9's [tool.pytest] table: "expects a string, got int: 12"
-            found = _literal((re.search(r"got \w+: (.*)$", str(exc)) or [None, None])[1])
-            if isinstance(found, bool) and opt.bare:  # on and off, besides its words
-                return str(found).lower()
-            raise pytest.UsageError(_not_text(config, opt, found)) from None
-        found = re.search(r"truth value (['\"])(.*)\1", str(exc))
-        if found is not None and not found.group(2).strip():
-            return BLANK
-        raise pytest.UsageError(
-            f"ini {opt.ini} ({config.inipath}): expected true or false ({exc})"
-        ) from None
+            value = _literal((re.search(r"got \w+: (.*)$", str(exc)) or [None, None])[1])
+            if not (isinstance(value, bool) and opt.bare):  # a bool is read below
+                raise pytest.UsageError(_not_text(config, opt, value)) from None
+        else:
+            found = re.search(r"truth value (['\"])(.*)\1", str(exc))
+            if found is not None and not found.group(2).strip():
+                return BLANK
+            raise pytest.UsageError(
+                f"ini {opt.ini} ({config.inipath}): expected true or false ({exc})"
+            ) from None
     if isinstance(value, bool) and opt.bare:  # TOML's true for an option also on and off
         value = str(value).lower()
     if value is not None and not opt.flag and not isinstance(value, str):

@@ -271,8 +271,13 @@ def settled(result: Comparison) -> bool:
         return True
     if result.verdict != PASS or result.interval is None or result.threshold is None:
         return False
-    low, high = result.interval
-    return -result.threshold < low and high < result.threshold
+    return _within(result.interval, result.threshold)
+
+
+def _within(interval: tuple[float, float] | list[float], threshold: float) -> bool:
+    """Whether a change's interval lies within the threshold on both sides."""
+    low, high = interval
+    return -threshold < low and high < threshold
 
 
 def quiet(verdict: dict[str, Any]) -> bool:
@@ -283,8 +288,7 @@ def quiet(verdict: dict[str, Any]) -> bool:
         return False
     if verdict.get("interval") is None or verdict.get("threshold") is None:
         return True
-    low, high = verdict["interval"]
-    return -verdict["threshold"] < low and high < verdict["threshold"]
+    return _within(verdict["interval"], verdict["threshold"])
 
 
 def looks(cap: int) -> tuple[int, ...]:
