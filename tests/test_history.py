@@ -108,10 +108,13 @@ def test_thirty_commits_steps_found_where_the_work_changed(project: Project, tmp
     commits = git(project.path, "log", "--reverse", "--format=%h", "--abbrev=12").split()
     at = {commits.index(c) + 1 for _, _, c in found}
     assert at == {SYNC_AT, SLOWER_AT}, said
-    assert [c for _, m, c in found if m == "time"] == [commits[SLOWER_AT - 1]], said
+    # Commit 11's sum and read-back add two ops to twenty: real work, whose time step one machine
+    # resolves (+10% on one runner) and another does not; commit 23's must be found everywhere.
+    timed = [c for _, m, c in found if m == "time"]
+    assert timed in ([commits[SLOWER_AT - 1]], [commits[SYNC_AT - 1], commits[SLOWER_AT - 1]]), said
     assert [c for _, m, c in found if m == "syncs"] == [commits[SYNC_AT - 1]], said
     drawn = {f["metric"]: [s["commit"] for s in f["steps"]] for f in figures}
-    assert drawn["time"] == [commits[SLOWER_AT - 1]]
+    assert drawn["time"] == timed
     assert drawn["syncs"] == [commits[SYNC_AT - 1]]
     assert len(figures[0]["commits"]) == COMMITS
     # every point links to its run's page, which shows the run's commit
