@@ -130,20 +130,24 @@ def test_progress_lines_say_how_far_the_pairs_got_in_a_log(repo: Project) -> Non
     assert [line for line in quiet.outlines if "hpml: measuring" in line or " done (" in line] == []
 
 
-# Sleeps, so timed on the wall clock: each process of a side sleeps 2 ms or 2.18 ms in turn
-# (a process count kept in its tree), so that the processes of each side spread over 9%
-# whatever the machine's load, and the interval of the change stays wider than the threshold.
+# Sleeps, so timed on the wall clock: one process in three of each side sleeps 9% longer (a
+# process count kept in its tree), the first three and the first five of each side alike, so
+# that the processes of each side spread whatever the machine's load while their means agree.
+# Against a threshold of 10%, 3 pairs do not settle the change and 5 would; against 6%, not
+# even 5 would (Note [Adaptive pairs]).
 SPREAD = """
 import os
 import time
 from pathlib import Path
+
+import pytest
 
 from work import SCALE, work
 
 COUNT = Path("processes.txt")
 SEEN = len(COUNT.read_text().split()) if COUNT.exists() else 0
 COUNT.write_text("x " * (SEEN + 1))
-PAUSE = 0.002 * (1.09 if SEEN % 2 else 1.0)
+PAUSE = 0.002 * (1.09 if SEEN % 3 == 1 else 1.0)
 
 
 def ran(name):
@@ -156,8 +160,14 @@ def test_timed(benchmark):
     benchmark(work)
 
 
+@pytest.mark.hpml_bench(threshold=0.1)
 def test_spread(benchmark):
     ran("spread")
+    benchmark(time.sleep, PAUSE)
+
+
+def test_hopeless(benchmark):
+    ran("hopeless")
     benchmark(time.sleep, PAUSE)
 """
 
@@ -165,25 +175,33 @@ def test_spread(benchmark):
 def test_settled_benchmarks_stop_and_the_others_run_to_the_cap(repo: Project) -> None:
     """test_timed (4x the work) is settled at the first look; test_spread, whose processes
     spread 9% on each side, is not, and the two pairs after it measure it alone, up to the cap
-    of 5 (Note [Adaptive pairs])."""
+    of 5; test_hopeless spreads alike against a threshold of 6%, which 5 pairs would not
+    settle either, and stops at the first look (Note [Adaptive pairs])."""
     committed(repo, test_inner=SPREAD)
     repo.pytester.makepyfile(work=WORK.format(scale=4))
     result = repo.run("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=5", "--hpml-report=r.json")
-    against = json.loads((repo.path / "r.json").read_text())["against"]
-    assert (against["pairs"], against["cap"]) == (5, 5), result.stdout.str()
-    out = result.stdout.str()
-    assert against["looks"][0] == [3, 1], out  # test_timed settled, test_spread not
-    assert table_verdicts(repo, result)["test_timed"] == "regressed", out
+    report = json.loads((repo.path / "r.json").read_text())
+    against, out = report["against"], result.stdout.str()
+    assert (against["pairs"], against["cap"]) == (5, 5), out
+    assert against["looks"][0] == [3, 2], out  # test_timed settled, test_hopeless let go
+    verdicts = table_verdicts(repo, result)
+    assert verdicts["test_timed"] == "regressed", out
+    hopeless = next(r for r in report["results"] if r["test"].endswith("::test_hopeless"))
+    reason = hopeless["verdicts"]["time"]["reason"]
+    assert reason.endswith(
+        "not measured beyond 3 pairs: at this spread, 5 would not settle it either"
+    ), out
     processes: dict[str, set[str]] = {}
     for line in (repo.path / "ran.txt").read_text().splitlines():
         pid, name = line.split()
         processes.setdefault(name, set()).add(pid)
     # the head side's processes: this session's and one a pair, for as many pairs as it got
-    assert {name: len(pids) for name, pids in processes.items()} == {"timed": 4, "spread": 6}, out
+    counts = {name: len(pids) for name, pids in processes.items()}
+    assert counts == {"timed": 4, "spread": 6, "hopeless": 4}, out
 
 
-# Each measuring process writes when it imported the test module and when its benchmark's
-# first and last calls came.
+# Each measuring process writes, per benchmark, when it imported the test module, when the
+# test's set-up began, and when its benchmark's first and last calls came.
 TIMELINE = """
 import os
 import time
@@ -193,37 +211,52 @@ from work import work
 IMPORTED = time.time()
 
 
-def test_timed(benchmark):
-    calls = []
+def timed(benchmark, name):
+    began, calls = time.time(), []
 
-    def timed():
+    def call():
         calls.append(time.time())
         return work()
 
-    benchmark(timed)
+    benchmark(call)
     if os.environ.get("HPML_INTERNAL_RERUN"):
         with open(os.environ["TIMELINE"], "a") as out:
-            out.write(f"{IMPORTED} {calls[0]} {calls[-1]}\\n")
+            out.write(f"{os.getpid()} {name} {IMPORTED} {began} {calls[0]} {calls[-1]}\\n")
+
+
+def test_first(benchmark):
+    timed(benchmark, "first")
+
+
+def test_second(benchmark):
+    timed(benchmark, "second")
 """
 
 
 def test_the_processes_of_a_pair_start_together_and_measure_in_turn(
     repo: Project, tmp_path: Path
 ) -> None:
-    """The second process of each pair imported its test module before the first one's
-    first call, and no two processes' calls overlap (Note [Cheaper processes])."""
+    """The two processes of each pair import and set each benchmark up side by side, then
+    measure it one after the other: base then head, or head then base, benchmark by benchmark;
+    no two processes' calls overlap (Note [Cheaper processes])."""
     timeline = tmp_path / "timeline.txt"
     repo.monkeypatch.setenv("TIMELINE", str(timeline))
     committed(repo, test_inner=TIMELINE)
     result = repo.run("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=2", TIMES_UNJUDGED)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    lines = timeline.read_text().splitlines()
-    runs = sorted((tuple(map(float, line.split())) for line in lines), key=lambda run: run[1])
-    assert len(runs) == 4
+    lines = [line.split() for line in timeline.read_text().splitlines()]
+    runs = sorted(
+        ((pid, name, *map(float, times)) for pid, name, *times in lines), key=lambda r: r[4]
+    )
+    assert len(runs) == 8, runs  # 2 benchmarks in 2 processes a pair, 2 pairs
     for earlier, later in zip(runs, runs[1:]):
-        assert earlier[2] < later[1], runs  # one measures after the other has ended
-    for first, second in (runs[0:2], runs[2:4]):
-        assert second[0] < first[1], runs  # the second had started before the first measured
+        assert earlier[5] < later[4], runs  # one measures after the other has ended
+    for pair in (runs[0:4], runs[4:8]):
+        pids = [run[0] for run in pair]
+        assert [run[1] for run in pair] == ["first", "first", "second", "second"], runs
+        assert pids[0] != pids[1] and pids[2:] == pids[:2], runs  # in turn, in one order
+        assert pair[1][2] < pair[0][4], runs  # the second imported before the first measured
+        assert pair[3][3] < pair[2][4], runs  # and set the next one up before that measured
 
 
 def test_the_base_side_runs_the_base_code_first_on_sys_path(repo: Project) -> None:

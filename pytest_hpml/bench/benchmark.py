@@ -490,7 +490,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
             self._plan = replace(self._plan, **self._late())
             self._late = None
         self._reseed()
-        self._plan.before()  # once a process: the first measurement waits for its turn
+        self._plan.before()  # in a pair's process: the measurement waits for its turn
 
     def _observe(self) -> dict[str, Any]:
         """torch's state after the rounds, which the calls ran in, and the thread count this

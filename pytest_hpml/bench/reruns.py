@@ -189,11 +189,13 @@ def _stop(child: subprocess.Popen[str]) -> None:
 
 
 class Turn:
-    """The two pipes through which one rerun process takes its turn to measure (Note [Cheaper
-    processes]): it writes a byte on the first once it is about to measure, then waits for one
-    on the second. The processes of a pair start together, import and collect side by side,
-    and measure one after the other, the other waiting, so that no measurement shares the
-    machine with the other's start."""
+    """The two pipes through which one rerun process of a pair takes its turns to measure
+    (Note [Cheaper processes]). Before each benchmark test's first measurement it writes
+    :data:`READY` on the first and waits for a byte on the second; once that test has ended,
+    it writes :data:`MEASURED` and waits again. The controller lets the two processes of a
+    pair measure one after the other, the other waiting, and then lets both go on side by
+    side to their next benchmark: so no measurement shares the machine with the other
+    process's start or a test's set-up, while those share it with each other."""
 
     def __init__(self) -> None:
         self._ready, ready = os.pipe()
@@ -209,17 +211,24 @@ class Turn:
             os.close(end)
         self.child_ends = ()
 
-    def wait_ready(self, ended: Callable[[], bool]) -> None:
-        """Until the process is about to measure, or has ended (``ended()``) without."""
+    def said(self, ended: Callable[[], bool]) -> bytes:
+        """What the process says next: :data:`READY`, :data:`MEASURED`, or ``b""`` once it
+        has ended (``ended()``, or the end of the pipe) without saying more."""
         import select  # here: only the controller of a pair needs it
 
-        while not ended():
-            readable, _, _ = select.select([self._ready], [], [], 0.1)
-            if readable:  # its byte, or the pipe's end: it ended before measuring
-                return
+        while True:
+            over = ended()  # read before looking: a byte written before the end is still seen
+            readable, _, _ = select.select([self._ready], [], [], 0.0 if over else 0.1)
+            if readable:
+                try:
+                    return os.read(self._ready, 1)
+                except OSError:  # closed by close(), on Ctrl-C
+                    return b""
+            if over:
+                return b""
 
     def go(self) -> None:
-        """Its turn: the process measures now."""
+        """Its turn (after READY), or on to its next benchmark (after MEASURED)."""
         with contextlib.suppress(OSError):  # it ended before measuring: nobody reads the pipe
             os.write(self._go, b"g")
 
@@ -229,11 +238,31 @@ class Turn:
             _stop(self.child)
 
     def close(self) -> None:
-        """Close the controller's ends: a process still waiting for its turn then takes it."""
+        """Close the controller's ends: a process still waiting then goes on at once."""
         for end in (self._ready, self._go, *self.child_ends):
             _close(end)
         self._ready = self._go = -1
         self.child_ends = ()
+
+
+READY, MEASURED = b"r", b"m"  # what a process of a pair says through its Turn
+
+
+def take_turns(order: Sequence[Turn], running: Sequence[Any]) -> None:
+    """Let the processes of a pair (``running``: their futures, which are done once they
+    ended) measure each benchmark in ``order``, one after the other, and go on to the next
+    side by side, until every one has ended (Note [Cheaper processes])."""
+    said = [turn.said(process.done) for turn, process in zip(order, running)]
+    while READY in said:
+        for index, (turn, process) in enumerate(zip(order, running)):
+            if said[index] == READY:
+                turn.go()
+                said[index] = turn.said(process.done)  # MEASURED, or it ended
+        waiting = [i for i, word in enumerate(said) if word == MEASURED]
+        for index in waiting:
+            order[index].go()
+        for index in waiting:
+            said[index] = order[index].said(running[index].done)
 
 
 def _close(end: int) -> None:
@@ -241,20 +270,15 @@ def _close(end: int) -> None:
         os.close(end)
 
 
-def take_turn(ends: Sequence[int] | None) -> None:
-    """In a rerun process, before its first measurement: say so to the controller through
-    ``ends`` (from its request's :data:`TURN_KEY`) and wait for its turn (:class:`Turn`)."""
-    if not ends:
-        return
+def _tell(ends: Sequence[int], word: bytes) -> bool:
+    """Say ``word`` to the controller and wait for its answer; False once it is gone (then
+    this process goes on alone, and dies with it)."""
     ready, go = ends
     try:
-        os.write(ready, b"r")
-        os.read(go, 1)  # nothing, at the pipe's end: the controller ended or let it go
-    except OSError:  # the controller is gone: this process dies with it
-        pass
-    finally:
-        _close(ready)
-        _close(go)
+        os.write(ready, word)
+        return bool(os.read(go, 1))  # nothing, at the pipe's end: the controller let it go
+    except OSError:
+        return False
 
 
 def interrupted(config: pytest.Config) -> None:
@@ -348,11 +372,33 @@ class Rerun:
             {test.split("::", 1)[0] for test in self.tests} if request.get(NARROW_KEY) else None
         )
         self.turn: list[int] | None = request.get(TURN_KEY)
+        self.holding = False  # the test running took its turn (Turn)
 
     def take_turn(self) -> None:
-        """Before this process's first measurement, once: wait for its turn (:class:`Turn`)."""
-        ends, self.turn = self.turn, None
-        take_turn(ends)
+        """Before a test's first measurement: wait for this process's turn (:class:`Turn`);
+        once a test, which gives the turn back when it has ended."""
+        if self.turn and not self.holding:
+            self.holding = True
+            if not _tell(self.turn, READY):
+                self._alone()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Any:
+        """A test that took a turn gives it back once it, and its teardown, ended; then waits
+        until the other process of the pair has measured the same."""
+        try:
+            return (yield)
+        finally:
+            if self.turn and self.holding:
+                self.holding = False
+                if not _tell(self.turn, MEASURED):
+                    self._alone()
+
+    def _alone(self) -> None:
+        """The controller is gone or let go: measure without turns from now on."""
+        for end in self.turn or ():
+            _close(end)
+        self.turn = None
 
     @pytest.hookimpl
     def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:

@@ -74,12 +74,20 @@ class Pairs:
     benchmarks: int = 0  # how many were to be measured
     # at each look (Note [Adaptive pairs]): pairs done, and how many benchmarks were settled
     looks: list[tuple[int, int]] = field(default_factory=list)
+    # the benchmarks no longer measured although unsettled: the cap would not settle them
+    hopeless: set[str] = field(default_factory=set)
 
     def stopped(self) -> str:
         """Why the pairs stopped where they did, in words."""
         done, benchmarks = len(self.measured), self.benchmarks
         if done < self.cap and self.looks and self.looks[-1][1] == benchmarks:
-            return f"every verdict settled after {done} of at most {plural(self.cap, 'pair')}"
+            stopped = f"after {done} of at most {plural(self.cap, 'pair')}"
+            if not self.hopeless:
+                return f"every verdict settled {stopped}"
+            return (
+                f"every verdict settled {stopped}, or could not be by the cap "
+                f"({len(self.hopeless)} of {benchmarks})"
+            )
         settled = self.looks[-1][1] if self.looks else 0
         if done >= self.cap and settled < benchmarks:
             return f"{benchmarks - settled} of {benchmarks} unsettled at the cap of {self.cap}"
@@ -246,9 +254,9 @@ class Against:
         bench_time: float,
         counts: bool,
     ) -> dict[str, dict[str, dict[str, Any]]]:
-        """The two processes of a pair, in ``order``: started together, they import and
-        collect side by side, then measure one after the other, the other waiting for its turn
-        (Note [Cheaper processes]). Ctrl-C stops both."""
+        """The two processes of a pair, in ``order``: started together, they import, collect
+        and set each benchmark up side by side, and measure it one after the other, the other
+        waiting for its turn (Note [Cheaper processes]). Ctrl-C stops both."""
         from concurrent.futures import ThreadPoolExecutor
 
         turns = [reruns.Turn() for _ in order]
@@ -258,13 +266,8 @@ class Against:
                 pool.submit(self._one, found, side, tests, bench_time, counts, turn)
                 for side, turn in zip(order, turns)
             ]
-            for turn, process in zip(turns, running):
-                turn.wait_ready(process.done)
-            pair = {}
-            for side, turn, process in zip(order, turns, running):
-                turn.go()
-                pair[side.name] = process.result()
-            return pair
+            reruns.take_turns(turns, running)
+            return {side.name: process.result() for side, process in zip(order, running)}
         except BaseException:
             for turn in turns:
                 turn.stop()

@@ -189,6 +189,12 @@ class Verdicts:
         verdicts = {}
         for name, record in metrics.items():
             verdict = self._against(result, name, record, self.pairs)
+            if result["test"] in self.pairs.hopeless and not stats.settled(verdict):
+                reason = (
+                    f"{verdict.reason}; not measured beyond {len(verdict.pairs or ())} pairs: "
+                    f"at this spread, {self.pairs.cap} would not settle it either"
+                )
+                verdict = dataclasses.replace(verdict, reason=reason)
             verdict = threshold_said(verdict, record, self.settings.threshold)
             verdict = self.settle(verdict, name, result.get("accepted"))
             verdicts[name] = dataclasses.asdict(verdict)
@@ -200,17 +206,24 @@ class Verdicts:
         within it by its interval (Note [Adaptive pairs])."""
         on_base = found.collected.get("base")
         failed = {test for tests in found.failed.values() for test in tests}
-        return [
-            result["test"]
-            for result in self.results
-            if (on_base is None or result["test"] in on_base)
-            and result["test"] not in failed  # it would fail again
-            and not all(
-                stats.settled(self._against(result, name, record, found))
+        done, looks = len(found.measured), len(self.looks)
+        measuring = []
+        for result in self.results:
+            test = result["test"]
+            if (on_base is not None and test not in on_base) or test in failed:
+                continue  # nothing to compare with, or it would fail again
+            judged = [
+                self._against(result, name, record, found)
                 for name, record in result["metrics"].items()
                 if is_sampled(record)
-            )
-        ]
+            ]
+            if all(stats.settled(c) for c in judged):
+                continue
+            if all(stats.settled(c) or stats.hopeless(c, done, found.cap, looks) for c in judged):
+                found.hopeless.add(test)
+                continue
+            measuring.append(test)
+        return measuring
 
     def _against(
         self, result: dict[str, Any], name: str, record: dict[str, Any], found: Any

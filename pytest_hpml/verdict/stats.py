@@ -125,6 +125,8 @@ class Comparison:
     states: dict[str, list[dict[str, Any]]] | None = None
     # --hpml-against: the change's interval at the level of one look (Note [Adaptive pairs])
     interval: tuple[float, float] | None = None
+    # --hpml-against: the degrees of freedom of the t test behind ``interval``
+    degrees: float | None = None
 
 
 def compare_samples(
@@ -255,6 +257,7 @@ def compare_pairs(
         reason,
         pairs=ratios,
         interval=(low, high),
+        degrees=len(logs) - 1,
     )
 
 
@@ -272,6 +275,32 @@ def settled(result: Comparison) -> bool:
     if result.verdict != PASS or result.interval is None or result.threshold is None:
         return False
     return _within(result.interval, result.threshold)
+
+
+def hopeless(result: Comparison, done: int, cap: int, looks: int) -> bool:
+    """Whether a pass that is not settled after ``done`` pairs (its level shared by
+    ``looks``) would still not be at ``cap`` pairs, were its change to stay where it is, and
+    could not become a regression then either: its change lies within the threshold, and its
+    interval, narrowed as ``cap`` pairs would narrow it, still reaches beyond (Note [Adaptive
+    pairs], futility)."""
+    if result.verdict != PASS or settled(result) or done >= cap:
+        return False
+    if result.interval is None or result.threshold is None or not result.degrees:
+        return False
+    if abs(result.change or 0.0) > result.threshold:
+        return False
+    from scipy.stats import t  # only when a verdict is computed
+
+    low, high = (math.log1p(bound) for bound in result.interval)
+    middle, level = (low + high) / 2, 1 - PAIR_ALPHA / looks
+    if abs(math.expm1(middle)) > result.threshold:
+        return False
+    # the standard error falls as the square root of the pairs; the degrees of freedom grow
+    # with them (Welch's about in proportion)
+    error = (high - low) / 2 / float(t.ppf(level, result.degrees))
+    grown = result.degrees * cap / done
+    half = error * math.sqrt(done / cap) * float(t.ppf(level, grown))
+    return not _within((math.expm1(middle - half), math.expm1(middle + half)), result.threshold)
 
 
 def _within(interval: tuple[float, float] | list[float], threshold: float) -> bool:
@@ -337,7 +366,7 @@ def compare_sides(
         steady = [[math.log(c) for c in side] for side in costs]
         counts += " (too few: all processes)"
     per_look = alpha / looks
-    p_slower, low, high = _welch(*steady, per_look)
+    p_slower, low, high, degrees = _welch(*steady, per_look)
     reason = (
         f"{len(head)} pairs: {change:+.1%} (fastest of each side); {counts}, their means "
         f"{math.expm1(low):+.1%} to {math.expm1(high):+.1%} ({_level(per_look)} interval)"
@@ -361,7 +390,17 @@ def compare_sides(
         else:
             verdict = INCONCLUSIVE
             reason += "; change above the threshold but the processes disagree"
-    return Comparison(verdict, None, None, change, confidence, threshold, reason, interval=interval)
+    return Comparison(
+        verdict,
+        None,
+        None,
+        change,
+        confidence,
+        threshold,
+        reason,
+        interval=interval,
+        degrees=degrees,
+    )
 
 
 def _split(costs: list[list[float]], change: float, threshold: float, higher_is_worse: bool) -> str:
@@ -391,18 +430,22 @@ def _split(costs: list[list[float]], change: float, threshold: float, higher_is_
     )
 
 
-def _welch(head: list[float], base: list[float], alpha: float) -> tuple[float, float, float]:
-    """One-sided p that head's mean is above base's, and the difference's interval at the
-    two-sided level that matches a one-sided test at ``alpha``."""
+def _welch(
+    head: list[float], base: list[float], alpha: float
+) -> tuple[float, float, float, float | None]:
+    """One-sided p that head's mean is above base's, the difference's interval at the
+    two-sided level that matches a one-sided test at ``alpha``, and the test's degrees of
+    freedom (None where there is no spread to test)."""
     if len(set(head)) == 1 and len(set(base)) == 1:  # no spread to judge by: the sign decides
         difference = head[0] - base[0]
-        return (0.0 if difference > 0 else 1.0 if difference < 0 else 0.5), difference, difference
+        p = 0.0 if difference > 0 else 1.0 if difference < 0 else 0.5
+        return p, difference, difference, None
     from scipy.stats import ttest_ind  # only when a verdict is computed
 
     result = ttest_ind(head, base, equal_var=False)
     interval = result.confidence_interval(confidence_level=1 - 2 * alpha)
     greater = ttest_ind(head, base, equal_var=False, alternative="greater").pvalue
-    return float(greater), float(interval.low), float(interval.high)
+    return float(greater), float(interval.low), float(interval.high), float(result.df)
 
 
 def compare_value(
