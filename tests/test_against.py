@@ -254,7 +254,8 @@ def test_the_processes_of_a_pair_start_together_and_measure_in_turn(
     for pair in (runs[0:4], runs[4:8]):
         pids = [run[0] for run in pair]
         assert [run[1] for run in pair] == ["first", "first", "second", "second"], runs
-        assert pids[0] != pids[1] and pids[2:] == pids[:2], runs  # in turn, in one order
+        assert pids[0] != pids[1], runs  # in turn
+        assert pids[2:] == pids[:2], runs  # in one order
         assert pair[1][2] < pair[0][4], runs  # the second imported before the first measured
         assert pair[3][3] < pair[2][4], runs  # and set the next one up before that measured
 
