@@ -191,6 +191,7 @@ def test_settled_benchmarks_stop_and_the_others_run_to_the_cap(repo: Project) ->
     assert reason.endswith(
         "not measured beyond 3 pairs: at this spread, 5 would not settle it either"
     ), out
+    assert ", or (a pass; 1 here) once its interval, narrowed as the cap's pairs" in out
     processes: dict[str, set[str]] = {}
     for line in (repo.path / "ran.txt").read_text().splitlines():
         pid, name = line.split()

@@ -176,7 +176,7 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
         reporter.write_line(f"hpml: {text.legend(verdicts.against is not None)}")
     if any(is_sampled(record) for r in results for record in r["metrics"].values()):
         what = (
-            paired.rule(verdicts.process_count // 2, verdicts.looks)
+            paired.rule(verdicts.process_count // 2, verdicts.looks, len(_let_go(verdicts)))
             if verdicts.against is not None
             else judge.rule(verdicts.process_count)
         )
@@ -391,3 +391,8 @@ def _pairs(reporter: Any, verdicts: Verdicts) -> None:
 
 def _has(result: dict[str, Any], verdict: str) -> bool:
     return any(v["verdict"] == verdict for v in result["verdicts"].values())
+
+
+def _let_go(verdicts: Any) -> set[str]:
+    """The benchmarks head against base stopped measuring unsettled (Note [Adaptive pairs])."""
+    return verdicts.pairs.hopeless if verdicts.pairs is not None else set()

@@ -112,10 +112,11 @@ def varying(
     return dataclasses.replace(result, reason=joined(result.reason, reason))
 
 
-def rule(processes: int, looks: Sequence[int]) -> str:
+def rule(processes: int, looks: Sequence[int], let_go: int = 0) -> str:
     """How a time is judged head against base, in words built from the values the judge uses,
     so that the text cannot drift from the code (``processes``: how many a side measured at
-    most; ``looks``: the pairs after which they could stop)."""
+    most; ``looks``: the pairs after which they could stop; ``let_go``: how many passes
+    stopped unsettled, which the cap would not have settled either)."""
     shared = (
         f"{stats.PAIR_ALPHA:.0%} shared by {len(looks)} looks (after {_listed(looks)} pairs: "
         f"{stats.PAIR_ALPHA / len(looks):.3g} each), one-sided"
@@ -129,6 +130,12 @@ def rule(processes: int, looks: Sequence[int]) -> str:
         f"steady processes (within {stats.STEADY - 1:.0%} of its best) puts it beyond chance "
         f"at {shared}, and the middle pair of processes saw it too; a benchmark stops at a look "
         f"once its change is beyond the threshold so, or its interval lies within it"
+        + (
+            f", or (a pass; {let_go} here) once its interval, narrowed as the cap's pairs would "
+            "narrow it, still would not"
+            if let_go
+            else ""
+        )
     )
 
 
