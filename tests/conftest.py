@@ -334,3 +334,12 @@ def committed(project: Project, **files: str) -> Project:
     git(project.path, "add", "-A")
     git(project.path, "commit", "-qm", "base")
     return project
+
+
+def interruptible() -> None:
+    """``preexec_fn`` of a process a test sends Ctrl-C (SIGINT) to: its default action, even in
+    a run started with SIGINT ignored (a shell's background job), which every child inherits
+    and which Python then leaves ignored."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.conftest import BENCH_TIME, TIMES_UNJUDGED, committed, git
+from tests.conftest import BENCH_TIME, TIMES_UNJUDGED, committed, git, interruptible
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -474,6 +474,7 @@ def test_ctrl_c_while_the_sides_measure_leaves_no_worktree(repo: Project, tmp_pa
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=interruptible,
     )
     try:
         pid = _wait_for(inner, scratch)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_hpml.report import cli
-from tests.conftest import git
+from tests.conftest import git, interruptible
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -174,6 +174,7 @@ def test_ctrl_c_removes_the_worktree(project: Project) -> None:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        preexec_fn=interruptible,
     )
     deadline = time.monotonic() + 120
     while len(worktrees(project.path)) < 2 and started.poll() is None:

@@ -24,7 +24,7 @@ import pytest
 from pytest_hpml.bench import reruns
 from pytest_hpml.config import invocation
 from pytest_hpml.config.role import RERUN_ENV, RERUN_FORMAT, RERUN_PREFIX, rerun_request
-from tests.conftest import BENCH_TIME, TIMES_UNJUDGED, WORK
+from tests.conftest import BENCH_TIME, TIMES_UNJUDGED, WORK, interruptible
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -70,6 +70,7 @@ def start_pytest(project: Project, tmpdir: Path, *args: str) -> subprocess.Popen
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=interruptible,
     )
 
 
