@@ -754,6 +754,10 @@ def test_a_pass_the_cap_would_not_settle_is_hopeless_and_one_it_might_is_not() -
     assert stats.hopeless(six, 3, 7, 3)
     assert not stats.hopeless(ten, 3, 7, 3)
     assert not stats.hopeless(six, 7, 7, 3)  # at the cap there is nothing more to measure
+    # nor where the middle pair of processes saw a change beyond the threshold, or where the
+    # interval rests on under 2 degrees of freedom
+    assert not stats.hopeless(dataclasses.replace(six, pairs=(1.3, 1.063, 1.016)), 3, 7, 3)
+    assert not stats.hopeless(dataclasses.replace(six, degrees=1.3), 3, 7, 3)
     # a change beyond the threshold that the processes do not yet show is never let go
     unsure = stats.compare_sides([1.08, 1.2, 1.085], [1.0, 1.09, 1.003], threshold=0.06, looks=3)
     assert unsure.verdict == stats.INCONCLUSIVE

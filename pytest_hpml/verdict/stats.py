@@ -280,14 +280,17 @@ def settled(result: Comparison) -> bool:
 def hopeless(result: Comparison, done: int, cap: int, looks: int) -> bool:
     """Whether a pass that is not settled after ``done`` pairs (its level shared by
     ``looks``) would still not be at ``cap`` pairs, were its change to stay where it is, and
-    could not become a regression then either: its change lies within the threshold, and its
-    interval, narrowed as ``cap`` pairs would narrow it, still reaches beyond (Note [Adaptive
-    pairs], futility)."""
+    could not become a regression then either: its change lies within the threshold (the
+    sides' best, the middle pair and the interval's centre alike), and its interval, narrowed
+    as ``cap`` pairs would narrow it, still reaches beyond (Note [Adaptive pairs],
+    futility)."""
     if result.verdict != PASS or settled(result) or done >= cap:
         return False
-    if result.interval is None or result.threshold is None or not result.degrees:
-        return False
-    if abs(result.change or 0.0) > result.threshold:
+    if result.interval is None or result.threshold is None or (result.degrees or 0) < 2:
+        return False  # an interval on under 2 degrees of freedom says little of its centre
+    # the sides' best, and the middle pair of processes (Note [Split processes]), within it
+    middle_pair = median([r - 1 for r in result.pairs]) if result.pairs else 0.0
+    if max(abs(result.change or 0.0), abs(middle_pair)) > result.threshold:
         return False
     from scipy.stats import t  # only when a verdict is computed
 
