@@ -288,15 +288,17 @@ def hopeless(result: Comparison, done: int, cap: int, looks: int) -> bool:
         return False
     if result.interval is None or result.threshold is None or (result.degrees or 0) < 2:
         return False  # an interval on under 2 degrees of freedom says little of its centre
-    # the sides' best, and the middle pair of processes (Note [Split processes]), within it
+    # the sides' best, and the middle pair of processes (Note [Split processes]), well within
+    # it: a change near the threshold may be a larger one the first pairs caught low
     middle_pair = median([r - 1 for r in result.pairs]) if result.pairs else 0.0
-    if max(abs(result.change or 0.0), abs(middle_pair)) > result.threshold:
+    room = FUTILE_SHARE * result.threshold
+    if max(abs(result.change or 0.0), abs(middle_pair)) > room:
         return False
     from scipy.stats import t  # only when a verdict is computed
 
     low, high = (math.log1p(bound) for bound in result.interval)
     middle, level = (low + high) / 2, 1 - PAIR_ALPHA / looks
-    if abs(math.expm1(middle)) > result.threshold:
+    if abs(math.expm1(middle)) > room:
         return False
     # the standard error falls as the square root of the pairs; the degrees of freedom grow
     # with them (Welch's about in proportion)
@@ -304,6 +306,11 @@ def hopeless(result: Comparison, done: int, cap: int, looks: int) -> bool:
     grown = result.degrees * cap / done
     half = error * math.sqrt(done / cap) * float(t.ppf(level, grown))
     return not _within((math.expm1(middle - half), math.expm1(middle + half)), result.threshold)
+
+
+# A pass is let go as hopeless only where its change lies within this share of the threshold
+# (Note [Adaptive pairs], futility).
+FUTILE_SHARE = 0.5
 
 
 def _within(interval: tuple[float, float] | list[float], threshold: float) -> bool:
@@ -395,12 +402,10 @@ def compare_sides(
             reason += "; change above the threshold but the processes disagree"
     return Comparison(
         verdict,
-        None,
-        None,
-        change,
-        confidence,
-        threshold,
-        reason,
+        change=change,
+        confidence=confidence,
+        threshold=threshold,
+        reason=reason,
         interval=interval,
         degrees=degrees,
     )
