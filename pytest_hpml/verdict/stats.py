@@ -284,7 +284,8 @@ def hopeless(result: Comparison, done: int, cap: int, looks: int) -> bool:
     sides' best, the middle pair and the interval's centre alike), and its interval, narrowed
     as ``cap`` pairs would narrow it, still reaches beyond (Note [Adaptive pairs],
     futility)."""
-    if result.verdict != PASS or settled(result) or done >= cap:
+    # a settled pass needs no test: its narrowed interval fits where its interval did
+    if result.verdict != PASS or done >= cap:
         return False
     if result.interval is None or result.threshold is None or (result.degrees or 0) < 2:
         return False  # an interval on under 2 degrees of freedom says little of its centre
