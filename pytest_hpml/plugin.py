@@ -86,6 +86,8 @@ def pytest_configure(config: pytest.Config) -> None:
         counts=bench_fixture.counts(asked),
         peaks=bench_fixture.Peaks(peak, peak_beyond_table),
         take_turn=rerun.take_turn if rerun is not None else lambda: None,
+        pass_turn=rerun.pass_turn if rerun is not None else lambda: None,
+        slice=rerun.slice if rerun is not None else 0.0,
     )
     if role.launch(config) is not None:  # one of several ranks
         from .distributed.rank import Rank

@@ -202,8 +202,9 @@ def test_settled_benchmarks_stop_and_the_others_run_to_the_cap(repo: Project) ->
 
 
 # Each measuring process writes, per benchmark, when it imported the test module, when the
-# test's set-up began, and when its benchmark's first and last calls came.
+# test's set-up began, and when each of its benchmark's calls began and ended.
 TIMELINE = """
+import json
 import os
 import time
 
@@ -215,14 +216,16 @@ IMPORTED = time.time()
 def timed(benchmark, name):
     began, calls = time.time(), []
 
-    def call():
-        calls.append(time.time())
-        return work()
+    def call():  # about 1 ms: its 300 samples take more than a slice
+        start = time.time()
+        for _ in range(4):
+            work()
+        calls.append((start, time.time()))
 
     benchmark(call)
     if os.environ.get("HPML_INTERNAL_RERUN"):
         with open(os.environ["TIMELINE"], "a") as out:
-            out.write(f"{os.getpid()} {name} {IMPORTED} {began} {calls[0]} {calls[-1]}\\n")
+            out.write(json.dumps([os.getpid(), name, IMPORTED, began, calls]) + "\\n")
 
 
 def test_first(benchmark):
@@ -238,27 +241,86 @@ def test_the_processes_of_a_pair_start_together_and_measure_in_turn(
     repo: Project, tmp_path: Path
 ) -> None:
     """The two processes of each pair import and set each benchmark up side by side, then
-    measure it one after the other: base then head, or head then base, benchmark by benchmark;
-    no two processes' calls overlap (Note [Cheaper processes])."""
+    measure it in turns, slice by slice (Note [Slices]), benchmark by benchmark; no two
+    processes' calls overlap (Note [Cheaper processes])."""
     timeline = tmp_path / "timeline.txt"
     repo.monkeypatch.setenv("TIMELINE", str(timeline))
     committed(repo, test_inner=TIMELINE)
-    result = repo.run("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=2", TIMES_UNJUDGED)
+    # a second a process: half a second a benchmark, five slices of 0.1 s a side
+    result = repo.run(
+        "--hpml-against=HEAD", "--hpml-bench-time=1", "--hpml-pairs=2", TIMES_UNJUDGED
+    )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    lines = [line.split() for line in timeline.read_text().splitlines()]
     runs = sorted(
-        ((pid, name, *map(float, times)) for pid, name, *times in lines), key=lambda r: r[4]
+        (json.loads(line) for line in timeline.read_text().splitlines()),
+        key=lambda run: run[4][0][0],  # by its first call
     )
     assert len(runs) == 8, runs  # 2 benchmarks in 2 processes a pair, 2 pairs
-    for earlier, later in zip(runs, runs[1:]):
-        assert earlier[5] < later[4], runs  # one measures after the other has ended
+    calls = sorted((start, end, pid) for pid, _, _, _, times in runs for start, end in times)
+    for (_, end, _), (start, _, _) in zip(calls, calls[1:]):
+        assert end <= start, runs  # one call at a time, whichever process makes it
     for pair in (runs[0:4], runs[4:8]):
-        pids = [run[0] for run in pair]
-        assert [run[1] for run in pair] == ["first", "first", "second", "second"], runs
-        assert pids[0] != pids[1], runs  # in turn
-        assert pids[2:] == pids[:2], runs  # in one order
-        assert pair[1][2] < pair[0][4], runs  # the second imported before the first measured
-        assert pair[3][3] < pair[2][4], runs  # and set the next one up before that measured
+        names = {name: [run for run in pair if run[1] == name] for name in ("first", "second")}
+        assert [len(measured) for measured in names.values()] == [2, 2], runs
+        (a, b), (c, d) = names["first"], names["second"]
+        assert a[0] != b[0], runs  # a process each
+        assert {a[0], b[0]} == {c[0], d[0]}, runs  # the same two for both benchmarks
+        firsts = max(a[4][-1][1], b[4][-1][1])
+        assert firsts <= min(c[4][0][0], d[4][0][0]), runs  # benchmark by benchmark
+        turns = [pid for start, _, pid in calls if a[4][0][0] <= start <= firsts]
+        switches = sum(p != q for p, q in zip(turns, turns[1:]))
+        assert switches >= 3, (turns, runs)  # in slices: base, head, base, head at least
+        assert max(a[2], b[2]) < a[4][0][0], runs  # both imported before either measured
+        assert max(c[3], d[3]) < min(c[4][0][0], d[4][0][0]), runs  # and set it up together
+
+
+# Each measuring process writes the CPUs its measuring thread may use while the first
+# benchmark measures, and as the second one starts.
+PINNED = """
+import os
+
+
+def cpus(when, allowed):
+    if os.environ.get("HPML_INTERNAL_RERUN"):
+        with open(os.environ["CPUS"], "a") as out:
+            out.write(f"{when} {','.join(map(str, sorted(allowed)))}\\n")
+
+
+def test_first(benchmark):
+    seen = []
+    benchmark(lambda: seen.append(os.sched_getaffinity(0)))
+    cpus("measuring", seen[-1])
+
+
+def test_second(benchmark):
+    cpus("after", os.sched_getaffinity(0))
+    benchmark(lambda: None)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity here")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_both_sides_measure_on_one_cpu_where_they_measure_at_one_thread(
+    repo: Project, tmp_path: Path, threads: int
+) -> None:
+    """At one thread, each process measures its turn on the last CPU the run may use, and
+    sets the next benchmark up on all of them again; at two, it is not pinned (Note [One
+    CPU])."""
+    written = tmp_path / "cpus.txt"
+    repo.monkeypatch.setenv("CPUS", str(written))
+    committed(repo, test_inner=PINNED)
+    result = repo.run(
+        "--hpml-against=HEAD",
+        BENCH_TIME,
+        "--hpml-pairs=2",
+        TIMES_UNJUDGED,
+        f"--hpml-threads={threads}",
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    allowed = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    seen = sorted(set(written.read_text().splitlines()))
+    measuring = str(max(os.sched_getaffinity(0))) if threads == 1 else allowed
+    assert seen == sorted({f"after {allowed}", f"measuring {measuring}"}), seen
 
 
 def test_the_base_side_runs_the_base_code_first_on_sys_path(repo: Project) -> None:

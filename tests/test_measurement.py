@@ -123,6 +123,28 @@ def test_the_rounds_fill_the_budget_and_no_more(budget: float) -> None:
     assert abs(rounds - budget / 0.03) <= 2
 
 
+def test_slices_pause_between_samples_and_the_pause_does_not_count() -> None:
+    """Every slice of measuring, the plan's ``between`` runs between two samples (a pair's
+    process passes its turn there, Note [Slices]); the time it takes is added to the budget,
+    so the rounds are as many as without pauses."""
+    clock = CountingClock()
+    pauses = []
+
+    def between() -> None:
+        pauses.append(clock.now)
+        for _ in range(100):  # the other process measures: a second on this clock
+            clock()
+
+    plan = Plan(
+        budget=1.0, timer=clock, warmup_time=0.0, min_round_time=0.0, between=between, slice=0.1
+    )
+    series, _ = measure({"f": lambda: None}, plan)
+    # a round reads the clock four times with slices (the slice's end too): 40 ms a round
+    assert abs(len(series["f"].samples) - 1.0 / 0.04) <= 2
+    assert 6 <= len(pauses) <= 10  # after each 0.1 s (3 rounds, 0.12 s) of the 1 s budget
+    assert all(later - earlier >= 1.1 for earlier, later in zip(pauses, pauses[1:]))
+
+
 def test_a_benchmark_with_enough_samples_stops_before_its_budget() -> None:
     clock = CountingClock()
     plan = Plan(budget=100.0, timer=clock, warmup_time=0.0, min_round_time=0.0, enough_samples=40)

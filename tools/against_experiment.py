@@ -27,6 +27,7 @@ of one comparison, and how many pairs of processes pytest-hpml's adaptive rule t
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from noise_experiment import CNN  # the same benchmark as the stored-baseline experiment
@@ -106,14 +108,19 @@ def make_project(root: Path, work: str, test: str) -> Path:
 
 
 def pytest(project: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run pytest in ``project``; an argument NAME=VALUE (no leading dash) sets a variable of
+    its environment instead, e.g. PYTHONPATH=<a checkout of another pytest-hpml commit>."""
+    env = dict(os.environ)
+    env.update(a.split("=", 1) for a in args if "=" in a and not a.startswith("-"))
+    args = tuple(a for a in args if a.startswith("-") or "=" not in a)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
     start = time.monotonic()
-    done = subprocess.run(command, cwd=project, capture_output=True, text=True)
+    done = subprocess.run(command, cwd=project, capture_output=True, text=True, env=env)
     return done, time.monotonic() - start
 
 
-def hpml(project: Path, report: Path) -> dict[str, object]:
-    done, seconds = pytest(project, "--hpml-against=HEAD", f"--hpml-report={report}")
+def hpml(project: Path, report: Path, extra: Sequence[str] = ()) -> dict[str, object]:
+    done, seconds = pytest(project, "--hpml-against=HEAD", f"--hpml-report={report}", *extra)
     written = json.loads(report.read_text())
     verdict = written["results"][0]["verdicts"]["time"]
     return {
@@ -127,6 +134,7 @@ def hpml(project: Path, report: Path) -> dict[str, object]:
         "sides": verdict.get("sides"),  # each process's fastest sample, per side
         "reason": verdict["reason"],
         "seconds": seconds,
+        "options": list(extra),
     }
 
 
@@ -157,7 +165,15 @@ def main() -> None:
     parser.add_argument(
         "--inside", action="store_true", help="torch imported inside the test function"
     )
+    parser.add_argument(
+        "--hpml-options",
+        default="",
+        help="pytest-hpml options for each comparison, e.g. '--hpml-process-start=spawn', and "
+        "variables (PYTHONPATH=DIR: another checkout's pytest-hpml); several such variants, "
+        "separated by '|', alternate in each run",
+    )
     options = parser.parse_args()
+    variants = [v.split() for v in options.hpml_options.split("|")]  # [[]] when none
     work, test = (WORK_INSIDE, TEST_INSIDE) if options.inside else (WORK, TEST)
     hogs = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(options.hogs)
@@ -170,20 +186,23 @@ def main() -> None:
                 for version in options.versions.split(","):
                     scale = VERSIONS[version]
                     (project / "work.py").write_text(work.format(scale=scale))
-                    ours = hpml(project, Path(scratch, "report.json"))
-                    theirs = (
-                        {"failed": False, "seconds": 0.0, "skipped": True}
-                        if options.only_hpml
-                        else benchmark(project, work, scale, Path(scratch, "storage"))
-                    )
-                    found.setdefault(version, []).append((ours, theirs))
-                    line = {"run": run, "version": version, "hogs": options.hogs}
-                    line["bursty"] = options.bursty
-                    line |= {"hpml": ours, "pytest-benchmark": theirs, "load": os.getloadavg()[0]}
-                    print(json.dumps(line), flush=True)
-                    if options.out:
-                        with options.out.open("a") as out:
-                            out.write(json.dumps(line) + "\n")
+                    for extra in variants:
+                        ours = hpml(project, Path(scratch, "report.json"), extra)
+                        theirs = (
+                            {"failed": False, "seconds": 0.0, "skipped": True}
+                            if options.only_hpml
+                            else benchmark(project, work, scale, Path(scratch, "storage"))
+                        )
+                        named = " ".join([version, *extra])
+                        found.setdefault(named, []).append((ours, theirs))
+                        line = {"run": run, "version": version, "hogs": options.hogs}
+                        line["bursty"] = options.bursty
+                        line |= {"hpml": ours, "pytest-benchmark": theirs}
+                        line["load"] = os.getloadavg()[0]
+                        print(json.dumps(line), flush=True)
+                        if options.out:
+                            with options.out.open("a") as out:
+                                out.write(json.dumps(line) + "\n")
     finally:
         for hog in hogs:
             hog.kill()
@@ -193,7 +212,7 @@ def main() -> None:
     )
     print(
         "version     pytest-hpml regressed  pytest-benchmark failed  seconds (hpml / pb)  "
-        "pairs (median, most, cap)"
+        "pairs (median, most, cap)  verdicts"
     )
     for version, pairs in found.items():
         ours = sum(o["verdict"] == "regressed" for o, _ in pairs)
@@ -203,7 +222,8 @@ def main() -> None:
         print(
             f"{version:<11} {ours:>2}/{len(pairs):<19} {theirs:>2}/{len(pairs):<22} "
             f"{seconds[0]:.1f} / {seconds[1]:<13.1f} "
-            f"{statistics.median(taken):g}, {max(taken)}, {pairs[0][0]['pairs_cap']}"
+            f"{statistics.median(taken):g}, {max(taken)}, {pairs[0][0]['pairs_cap']}  "
+            + str(dict(collections.Counter(o["verdict"] for o, _ in pairs)))
         )
 
 

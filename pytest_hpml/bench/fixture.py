@@ -50,6 +50,9 @@ class BenchSession(NamedTuple):
     peaks: Peaks | None = None  # None: no mfu metric
     # before a process's first measurement: its turn, in a pair's process (reruns.Turn)
     take_turn: Callable[[], None] = lambda: None
+    # every slice of its turn (seconds; 0: none): a pair's process lets the other measure one
+    pass_turn: Callable[[], None] = lambda: None
+    slice: float = 0.0
 
 
 BENCH_SESSION_KEY = pytest.StashKey[BenchSession]()
@@ -86,6 +89,8 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
             timer=_compat.timer(benchmark),
             device=device,
             before=given.take_turn,
+            between=given.pass_turn,
+            slice=given.slice,
             **torch_parts(given, device),
         )
         value = HpmlBenchmark.adopt(

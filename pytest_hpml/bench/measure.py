@@ -106,6 +106,10 @@ class Plan:
     after_warmup: Callable[[], None] = lambda: None  # e.g. a snapshot of dynamo's counters
     # before the first call: a rerun process of a pair waits for its turn (reruns.Turn)
     before: Callable[[], None] = lambda: None
+    # every slice of measuring, between samples: a pair's process lets the other one measure a
+    # slice (Note [Slices]); the pause does not count against the budget
+    between: Callable[[], None] = lambda: None
+    slice: float = 0.0  # seconds; 0: no pauses
 
 
 def _timed(plan: Plan, fn: Callable[[], Any], calls: int) -> tuple[float, Any]:
@@ -234,11 +238,17 @@ def measure(
     names, first = list(targets), series[next(iter(targets))]
     cadence = Cadence(plan)
     deadline, began = plan.timer() + plan.budget, time.perf_counter()
+    ends = plan.timer() + plan.slice if plan.slice else math.inf  # this slice
     while _more(plan, len(first.samples), len(first.rounds), deadline):
         ref = cadence.value(first)
         shift = len(first.samples) % len(names)
         for name in names[shift:] + names[:shift]:
             results[name] = _sample(plan, targets[name], series[name], ref)
+        if plan.slice and plan.timer() >= ends:
+            paused = plan.timer()
+            plan.between()
+            resumed = plan.timer()
+            deadline, ends = deadline + resumed - paused, resumed + plan.slice
     load = load_per_core()
     for s in series.values():
         s.seconds, s.load = time.perf_counter() - began, load

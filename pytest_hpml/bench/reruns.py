@@ -47,6 +47,9 @@ NARROW_KEY = "narrow"
 # In a rerun's request: the descriptors of its two pipes to the controller, with which it waits
 # for its turn to measure (:class:`Turn`); without them, it measures at once.
 TURN_KEY = "turn"
+# In a rerun's request: the CPU each benchmark measures on, in its turn, in both processes of a
+# pair (Note [One CPU]); without it, wherever the kernel puts it.
+CPU_KEY = "cpu"
 # what one process's run of a metric keeps
 RUN_KEYS = ("samples", "reference", "budget", "load", "state")
 STOP_GRACE = 5.0  # seconds an interrupted process gets to end before it is killed
@@ -191,11 +194,12 @@ def _stop(child: subprocess.Popen[str]) -> None:
 class Turn:
     """The two pipes through which one rerun process of a pair takes its turns to measure
     (Note [Cheaper processes]). Before each benchmark test's first measurement it writes
-    :data:`READY` on the first and waits for a byte on the second; once that test has ended,
-    it writes :data:`MEASURED` and waits again. The controller lets the two processes of a
-    pair measure one after the other, the other waiting, and then lets both go on side by
-    side to their next benchmark: so no measurement shares the machine with the other
-    process's start or a test's set-up, while those share it with each other."""
+    :data:`READY` on the first and waits for a byte on the second; after each slice of its
+    measuring it writes :data:`SLICED` and waits (Note [Slices]); once that test has ended, it
+    writes :data:`MEASURED` and waits again. The controller lets the two processes of a pair
+    measure in turns, slice by slice, the other waiting, and then lets both go on side by side
+    to their next benchmark: so no measurement shares the machine with the other process's
+    start or a test's set-up, while those share it with each other."""
 
     def __init__(self) -> None:
         self._ready, ready = os.pipe()
@@ -245,19 +249,25 @@ class Turn:
         self.child_ends = ()
 
 
-READY, MEASURED = b"r", b"m"  # what a process of a pair says through its Turn
+# what a process of a pair says through its Turn: ready to measure, a slice measured (Note
+# [Slices]), the test measured and ended
+READY, SLICED, MEASURED = b"r", b"s", b"m"
+SLICE = 0.1  # seconds a process of a pair measures before the other measures as long
 
 
 def take_turns(order: Sequence[Turn], running: Sequence[Any]) -> None:
     """Let the processes of a pair (``running``: their futures, which are done once they
-    ended) measure each benchmark in ``order``, one after the other, and go on to the next
-    side by side, until every one has ended (Note [Cheaper processes])."""
+    ended) measure each benchmark in turns, in ``order``, a slice each until each has
+    measured all of it (Note [Slices]), and go on to the next side by side, until every one
+    has ended (Note [Cheaper processes])."""
     said = [turn.said(process.done) for turn, process in zip(order, running)]
     while READY in said:
-        for index, (turn, process) in enumerate(zip(order, running)):
-            if said[index] == READY:
-                turn.go()
-                said[index] = turn.said(process.done)  # MEASURED, or it ended
+        measuring = [i for i, word in enumerate(said) if word == READY]
+        while measuring:  # a slice each, in order, until each has measured all of its turn
+            for index in measuring:
+                order[index].go()
+                said[index] = order[index].said(running[index].done)
+            measuring = [i for i in measuring if said[i] == SLICED]  # not MEASURED, not ended
         waiting = [i for i, word in enumerate(said) if word == MEASURED]
         for index in waiting:
             order[index].go()
@@ -373,14 +383,33 @@ class Rerun:
         )
         self.turn: list[int] | None = request.get(TURN_KEY)
         self.holding = False  # the test running took its turn (Turn)
+        self.cpu: int | None = request.get(CPU_KEY)
+        self.free: set[int] | None = None  # the CPUs the turn's thread may use after its turn
 
     def take_turn(self) -> None:
-        """Before a test's first measurement: wait for this process's turn (:class:`Turn`);
-        once a test, which gives the turn back when it has ended."""
+        """Before a test's first measurement: wait for this process's turn (:class:`Turn`),
+        then measure on the pair's CPU, if given (Note [One CPU]); once a test, which gives
+        the turn back when it has ended."""
         if self.turn and not self.holding:
             self.holding = True
             if not _tell(self.turn, READY):
                 self._alone()
+            if self.cpu is not None and hasattr(os, "sched_setaffinity"):
+                with contextlib.suppress(OSError):  # a CPU gone since: measure where it runs
+                    free = os.sched_getaffinity(0)  # 0: this thread, the one that measures
+                    os.sched_setaffinity(0, {self.cpu})
+                    self.free = free
+
+    @property
+    def slice(self) -> float:
+        """Seconds of measuring between two of :meth:`pass_turn`; 0 without turns."""
+        return SLICE if self.turn else 0.0
+
+    def pass_turn(self) -> None:
+        """Mid-turn, between two samples: let the other process of the pair measure a slice,
+        and go on once it has (Note [Slices])."""
+        if self.turn and self.holding and not _tell(self.turn, SLICED):
+            self._alone()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Any:
@@ -389,6 +418,10 @@ class Rerun:
         try:
             return (yield)
         finally:
+            if self.free is not None:  # the next test sets up side by side again
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(0, self.free)
+                self.free = None
             if self.turn and self.holding:
                 self.holding = False
                 if not _tell(self.turn, MEASURED):

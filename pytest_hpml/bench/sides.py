@@ -12,6 +12,7 @@ same request file; the worktree is removed at the end of the run, on Ctrl-C too.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -30,6 +31,7 @@ import pytest
 from ..config.invocation import child_args
 from ..config.options import SETTINGS_KEY, given, shown
 from ..config.progress import Progress, plural
+from ..config.role import measuring_threads
 from . import reruns
 
 BASE, HEAD = "base", "head"
@@ -150,6 +152,15 @@ class Against:
             self._describing.communicate()
         remove_worktree(self.top, self.directory)
 
+    @functools.cached_property
+    def cpu(self) -> int | None:
+        """The CPU on which both sides measure, each in its turn (Note [One CPU]): the last one
+        this process may use, away from CPU 0, which takes most interrupts; None where the
+        processes measure at several threads, or the platform cannot pin a thread."""
+        if measuring_threads(self.config) != 1 or not hasattr(os, "sched_getaffinity"):
+            return None
+        return max(os.sched_getaffinity(0))
+
     def environment(self, side: Side) -> dict[str, str]:
         """PYTHONPATH that puts ``side``'s code first: its rootdir, src/, the ini's paths."""
         root = side.path(self.top, self.config.rootpath)
@@ -255,8 +266,8 @@ class Against:
         counts: bool,
     ) -> dict[str, dict[str, dict[str, Any]]]:
         """The two processes of a pair, in ``order``: started together, they import, collect
-        and set each benchmark up side by side, and measure it one after the other, the other
-        waiting for its turn (Note [Cheaper processes]). Ctrl-C stops both."""
+        and set each benchmark up side by side, and measure it in turns, slice by slice, the
+        other waiting for its turn (Note [Cheaper processes]). Ctrl-C stops both."""
         from concurrent.futures import ThreadPoolExecutor
 
         turns = [reruns.Turn() for _ in order]
@@ -289,7 +300,11 @@ class Against:
         """One process of ``side``: its metrics by test id (none if it answered nothing); its
         counts too where ``counts``; measuring in its ``turn``, if given."""
         # the first pair, which counts, collects everything: it lists each side's benchmarks
-        request = {reruns.COUNTS_KEY: counts, reruns.NARROW_KEY: bool(found.measured)}
+        request = {
+            reruns.COUNTS_KEY: counts,
+            reruns.NARROW_KEY: bool(found.measured),
+            reruns.CPU_KEY: self.cpu,
+        }
         done, answer = self.asker(side)(tests, bench_time, request=request, turn=turn)
         if answer is None:
             note = f"a {side.name} process measured nothing ({reruns.silence(done)})"
