@@ -274,55 +274,6 @@ def test_the_processes_of_a_pair_start_together_and_measure_in_turn(
         assert max(c[3], d[3]) < min(c[4][0][0], d[4][0][0]), runs  # and set it up together
 
 
-# Each measuring process writes the CPUs its measuring thread may use while the first
-# benchmark measures, and as the second one starts.
-PINNED = """
-import os
-
-
-def cpus(when, allowed):
-    if os.environ.get("HPML_INTERNAL_RERUN"):
-        with open(os.environ["CPUS"], "a") as out:
-            out.write(f"{when} {','.join(map(str, sorted(allowed)))}\\n")
-
-
-def test_first(benchmark):
-    seen = []
-    benchmark(lambda: seen.append(os.sched_getaffinity(0)))
-    cpus("measuring", seen[-1])
-
-
-def test_second(benchmark):
-    cpus("after", os.sched_getaffinity(0))
-    benchmark(lambda: None)
-"""
-
-
-@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity here")
-@pytest.mark.parametrize("threads", [1, 2])
-def test_both_sides_measure_on_one_cpu_where_they_measure_at_one_thread(
-    repo: Project, tmp_path: Path, threads: int
-) -> None:
-    """At one thread, each process measures its turn on the last CPU the run may use, and
-    sets the next benchmark up on all of them again; at two, it is not pinned (Note [One
-    CPU])."""
-    written = tmp_path / "cpus.txt"
-    repo.monkeypatch.setenv("CPUS", str(written))
-    committed(repo, test_inner=PINNED)
-    result = repo.run(
-        "--hpml-against=HEAD",
-        BENCH_TIME,
-        "--hpml-pairs=2",
-        TIMES_UNJUDGED,
-        f"--hpml-threads={threads}",
-    )
-    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    allowed = ",".join(map(str, sorted(os.sched_getaffinity(0))))
-    seen = sorted(set(written.read_text().splitlines()))
-    measuring = str(max(os.sched_getaffinity(0))) if threads == 1 else allowed
-    assert seen == sorted({f"after {allowed}", f"measuring {measuring}"}), seen
-
-
 def test_the_base_side_runs_the_base_code_first_on_sys_path(repo: Project) -> None:
     """Each side imports its own tree's ``work``: a faster working tree improves."""
     repo.pytester.makepyfile(work=WORK.format(scale=0.25))

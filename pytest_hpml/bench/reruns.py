@@ -47,9 +47,6 @@ NARROW_KEY = "narrow"
 # In a rerun's request: the descriptors of its two pipes to the controller, with which it waits
 # for its turn to measure (:class:`Turn`); without them, it measures at once.
 TURN_KEY = "turn"
-# In a rerun's request: the CPU each benchmark measures on, in its turn, in both processes of a
-# pair (Note [One CPU]); without it, wherever the kernel puts it.
-CPU_KEY = "cpu"
 # what one process's run of a metric keeps
 RUN_KEYS = ("samples", "reference", "budget", "load", "state")
 STOP_GRACE = 5.0  # seconds an interrupted process gets to end before it is killed
@@ -383,22 +380,14 @@ class Rerun:
         )
         self.turn: list[int] | None = request.get(TURN_KEY)
         self.holding = False  # the test running took its turn (Turn)
-        self.cpu: int | None = request.get(CPU_KEY)
-        self.free: set[int] | None = None  # the CPUs the turn's thread may use after its turn
 
     def take_turn(self) -> None:
-        """Before a test's first measurement: wait for this process's turn (:class:`Turn`),
-        then measure on the pair's CPU, if given (Note [One CPU]); once a test, which gives
-        the turn back when it has ended."""
+        """Before a test's first measurement: wait for this process's turn (:class:`Turn`);
+        once a test, which gives the turn back when it has ended."""
         if self.turn and not self.holding:
             self.holding = True
             if not _tell(self.turn, READY):
                 self._alone()
-            if self.cpu is not None and hasattr(os, "sched_setaffinity"):
-                with contextlib.suppress(OSError):  # a CPU gone since: measure where it runs
-                    free = os.sched_getaffinity(0)  # 0: this thread, the one that measures
-                    os.sched_setaffinity(0, {self.cpu})
-                    self.free = free
 
     @property
     def slice(self) -> float:
@@ -418,10 +407,6 @@ class Rerun:
         try:
             return (yield)
         finally:
-            if self.free is not None:  # the next test sets up side by side again
-                with contextlib.suppress(OSError):
-                    os.sched_setaffinity(0, self.free)
-                self.free = None
             if self.turn and self.holding:
                 self.holding = False
                 if not _tell(self.turn, MEASURED):

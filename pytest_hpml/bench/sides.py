@@ -12,7 +12,6 @@ same request file; the worktree is removed at the end of the run, on Ctrl-C too.
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.util
 import json
 import os
@@ -31,7 +30,6 @@ import pytest
 from ..config.invocation import child_args
 from ..config.options import SETTINGS_KEY, given, shown
 from ..config.progress import Progress, plural
-from ..config.role import measuring_threads
 from . import reruns
 
 BASE, HEAD = "base", "head"
@@ -151,15 +149,6 @@ class Against:
             self._describing.kill()
             self._describing.communicate()
         remove_worktree(self.top, self.directory)
-
-    @functools.cached_property
-    def cpu(self) -> int | None:
-        """The CPU on which both sides measure, each in its turn (Note [One CPU]): the last one
-        this process may use, away from CPU 0, which takes most interrupts; None where the
-        processes measure at several threads, or the platform cannot pin a thread."""
-        if measuring_threads(self.config) != 1 or not hasattr(os, "sched_getaffinity"):
-            return None
-        return max(os.sched_getaffinity(0))
 
     def environment(self, side: Side) -> dict[str, str]:
         """PYTHONPATH that puts ``side``'s code first: its rootdir, src/, the ini's paths."""
@@ -300,11 +289,7 @@ class Against:
         """One process of ``side``: its metrics by test id (none if it answered nothing); its
         counts too where ``counts``; measuring in its ``turn``, if given."""
         # the first pair, which counts, collects everything: it lists each side's benchmarks
-        request = {
-            reruns.COUNTS_KEY: counts,
-            reruns.NARROW_KEY: bool(found.measured),
-            reruns.CPU_KEY: self.cpu,
-        }
+        request = {reruns.COUNTS_KEY: counts, reruns.NARROW_KEY: bool(found.measured)}
         done, answer = self.asker(side)(tests, bench_time, request=request, turn=turn)
         if answer is None:
             note = f"a {side.name} process measured nothing ({reruns.silence(done)})"
