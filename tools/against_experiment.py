@@ -19,6 +19,10 @@ and goes within one comparison.
 
     python tools/against_experiment.py --runs 20 [--hogs 2 | --bursty 2] [--out results.jsonl]
 
+``--hpml-options="A|B"`` runs each comparison once per variant, interleaved: a variant is
+pytest-hpml options and variables, such as ``PYTHONPATH=<a checkout of another commit>``
+(that commit's pytest-hpml, measured beside this one's).
+
 Prints, per version, how many comparisons each tool called a regression, the median wall time
 of one comparison, and how many pairs of processes pytest-hpml's adaptive rule took (Note
 [Adaptive pairs]): their median and most, of at most ``--hpml-pairs``.
@@ -168,7 +172,7 @@ def main() -> None:
     parser.add_argument(
         "--hpml-options",
         default="",
-        help="pytest-hpml options for each comparison, e.g. '--hpml-process-start=spawn', and "
+        help="pytest-hpml options for each comparison, e.g. '--hpml-pairs=5', and "
         "variables (PYTHONPATH=DIR: another checkout's pytest-hpml); several such variants, "
         "separated by '|', alternate in each run",
     )

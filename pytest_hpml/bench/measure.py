@@ -239,19 +239,21 @@ def measure(
     cadence = Cadence(plan)
     deadline, began = plan.timer() + plan.budget, time.perf_counter()
     ends = plan.timer() + plan.slice if plan.slice else math.inf  # this slice
+    paused = 0.0  # seconds the other process of a pair measured, in all
     while _more(plan, len(first.samples), len(first.rounds), deadline):
         ref = cadence.value(first)
         shift = len(first.samples) % len(names)
         for name in names[shift:] + names[:shift]:
             results[name] = _sample(plan, targets[name], series[name], ref)
-        if plan.slice and plan.timer() >= ends:
-            paused = plan.timer()
+        now = plan.timer() if plan.slice else 0.0
+        if now >= ends:
             plan.between()
             resumed = plan.timer()
-            deadline, ends = deadline + resumed - paused, resumed + plan.slice
+            deadline, paused = deadline + resumed - now, paused + resumed - now
+            ends = resumed + plan.slice
     load = load_per_core()
     for s in series.values():
-        s.seconds, s.load = time.perf_counter() - began, load
+        s.seconds, s.load = time.perf_counter() - began - paused, load
     return series, results
 
 
