@@ -8,6 +8,7 @@ hook that has work for it (Note [Start-up cost] in docs/notes.md). torch is neve
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Generator
 from typing import Any
@@ -28,6 +29,18 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Add the --hpml-* options and hpml_* ini keys."""
     options.register(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """A process asked to measure again ends quickly, and arranges it before any conftest can
+    import torch (Note [Cheaper processes])."""
+    from .config.role import RERUN_ENV
+
+    if RERUN_ENV in os.environ:
+        from .bench import reruns
+
+        reruns.end_quickly()
 
 
 @pytest.hookimpl

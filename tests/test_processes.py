@@ -233,6 +233,34 @@ def test_a_process_that_dies_is_named_and_the_run_judged_on_the_others(project: 
     assert "processes" not in project.stored("machine")[TEST]["time"]
 
 
+# WORK, where a measuring process registers an exit handler and keeps an object that says when
+# the interpreter's teardown frees it.
+ENDS = (
+    "import atexit\nimport os\n"
+    + WORK
+    + "\n\ndef said(what, open=open):  # open kept: a teardown may have removed the name\n"
+    + '    with open("ends.txt", "a") as out:\n'
+    + '        out.write(what + "\\n")\n'
+    + "\n\nclass Kept:\n    def __del__(self, said=said):\n"
+    + '        said("torn down")\n'
+    + f'\n\nif os.environ.get("{RERUN_ENV}"):\n'
+    + "    KEPT = Kept()\n"
+    + '    atexit.register(said, "exit handler")\n'
+)
+
+
+def test_a_measuring_process_runs_every_exit_handler_and_skips_the_teardown(
+    project: Project,
+) -> None:
+    """Once its answer is written, a measuring process runs the exit handlers (the tests'
+    own too) and ends without freeing the modules one by one (Note [Cheaper processes])."""
+    project.write_tests(ENDS)
+    result = project.bench("--hpml-baseline=update", "--hpml-record-processes=2")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert "processes" in project.stored("machine")[TEST]["time"]  # its answer was read
+    assert ran(project, "ends.txt") == ["exit", "handler"]
+
+
 def measuring_in_two(
     project: Project, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[subprocess.Popen[str], int, Path]:

@@ -416,7 +416,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         device synchronized and, where a setup is allowed (iterations == 1), start after the
         reference workload."""
         self._measures("time", call="pedantic(...)")
-        self._ready()
+        self._ready(turn=True)  # its schedule is the user's: the turn spans all of it
         if self.disabled:
             return super().pedantic(
                 target, args, kwargs, setup, teardown, rounds, warmup_rounds, iterations
@@ -482,15 +482,18 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
                 "benchmark.expect(...) was given, but nothing was benchmarked to check it on"
             )
 
-    def _ready(self) -> None:
+    def _ready(self, turn: bool = False) -> None:
         """Before the first call: the plan's torch parts where the test imported torch after
         the fixture started, and the generators seeded, so that every process (both sides of
-        ``--hpml-against`` too) draws the same random numbers (Note [Torch state])."""
+        ``--hpml-against`` too) draws the same random numbers (Note [Torch state]). With
+        ``turn``, a pair's process then waits for its turn: a measurement that does not warm up
+        in :func:`measure`, which waits there."""
         if self._late is not None and "torch" in sys.modules:
             self._plan = replace(self._plan, **self._late())
             self._late = None
         self._reseed()
-        self._plan.before()  # in a pair's process: the measurement waits for its turn
+        if turn:
+            self._plan.before()
 
     def _observe(self) -> dict[str, Any]:
         """torch's state after the rounds, which the calls ran in, and the thread count this

@@ -104,7 +104,9 @@ class Plan:
     warmup_rounds: int | None = None
     device: Any = None  # where peak memory is measured
     after_warmup: Callable[[], None] = lambda: None  # e.g. a snapshot of dynamo's counters
-    # before the first call: a rerun process of a pair waits for its turn (reruns.Turn)
+    # after the warm-up, before the calibration and the rounds: a rerun process of a pair waits
+    # for its turn (reruns.Turn); the first call and the warm-up need none (Note [Cheaper
+    # processes])
     before: Callable[[], None] = lambda: None
     # every slice of measuring, between samples: a pair's process lets the other one measure a
     # slice (Note [Slices]); the pause does not count against the budget
@@ -233,6 +235,7 @@ def measure(
             plan.reference.time(plan.timer)
     warm = _warm_up(plan, targets, series)
     plan.after_warmup()
+    plan.before()  # a pair's process warmed up beside the other; it calibrates in its turn
     for name, fn in targets.items():
         _calibrate(plan, fn, series[name], warm[name])
     names, first = list(targets), series[next(iter(targets))]
