@@ -281,6 +281,15 @@ class Collector:
                 verdicts(self.config).collect(value)
 
     @pytest.hookimpl
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """With --hpml-against, start the first pair while the tests run (Note [Cheaper
+        processes])."""
+        if self.config.stash[options.SETTINGS_KEY].against and session.items:
+            from .verdict.session import start_pairs
+
+            start_pairs(self.config, session.items)
+
+    @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Measure again, write reports, record baselines, fail the session on a regression."""
         # The verdict layer is imported by the first benchmark: before that, nothing to report

@@ -278,6 +278,48 @@ def test_the_processes_of_a_pair_start_together_and_measure_in_turn(
             assert max(one[5][-1][1], other[5][-1][1]) <= min(one[4][0][0], other[4][0][0])
 
 
+# A benchmark, then a test that waits, in the session itself, until both processes of the first
+# pair have imported the module (each writes a file named by its pid).
+WAITS_FOR_THE_PAIR = """
+import os
+import time
+from pathlib import Path
+
+from work import work
+
+MARKS = Path(os.environ["MARKS"])
+if os.environ.get("HPML_INTERNAL_RERUN"):
+    (MARKS / str(os.getpid())).write_text("imported")
+
+
+def test_a_benchmark(benchmark):
+    benchmark(work)
+
+
+def test_z_waits_for_the_pair():
+    if os.environ.get("HPML_INTERNAL_RERUN"):
+        return
+    deadline = time.monotonic() + 120
+    while len(list(MARKS.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(list(MARKS.iterdir())) == 2, "the first pair had not started"
+"""
+
+
+def test_the_first_pair_starts_while_the_session_runs_its_tests(
+    project: Project, tmp_path: Path
+) -> None:
+    """The first pair's processes start at the end of collection, so that their imports and
+    set-up overlap the session's own tests (Note [Cheaper processes])."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    project.monkeypatch.setenv("MARKS", str(marks))
+    committed(project, work=WORK.format(scale=1), test_inner=WAITS_FOR_THE_PAIR)
+    result = project.run("--hpml-against=HEAD", *QUICK, TIMES_UNJUDGED)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert len(list(marks.iterdir())) == 6  # the first pair's two, then the two others
+
+
 def test_the_base_side_runs_the_base_code_first_on_sys_path(repo: Project) -> None:
     """Each side imports its own tree's ``work``: a faster working tree improves."""
     repo.pytester.makepyfile(work=WORK.format(scale=0.25))

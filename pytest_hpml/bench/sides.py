@@ -122,6 +122,7 @@ class Against:
         self._describing = describing(sys.executable, _modules(), dict(os.environ))
         self._descriptions: dict[str, dict[str, Any]] | None = None
         self._base_description: dict[str, Any] | None = None  # another interpreter's
+        self._early: _Started | None = None  # the first pair, started at collection's end
         self.directory = Path(tempfile.mkdtemp(prefix="pytest-hpml-base-"))
         try:
             _git(self.top, "worktree", "add", "--detach", "--quiet", str(self.directory), sha)
@@ -144,7 +145,11 @@ class Against:
         return self._descriptions
 
     def remove(self) -> None:
-        """Remove the base worktree and git's record of it; safe to call twice."""
+        """Remove the base worktree and git's record of it; safe to call twice. A first pair
+        started early and never used is stopped."""
+        if self._early is not None:
+            self._early.stop()
+            self._early = None
         if self._describing.poll() is None:  # a run that ended before it was needed
             self._describing.kill()
             self._describing.communicate()
@@ -208,7 +213,14 @@ class Against:
                 complete = sum(bool(p.get(BASE) and p.get(HEAD)) for p in found.measured)
                 counts = complete < COUNTED_PAIRS
                 try:
-                    pair = self._pair(found, order, measuring, window(len(measuring)), counts)
+                    early, self._early = self._early if index == 0 else None, None
+                    if early is not None and not set(measuring) <= set(early.tests):
+                        early.stop()  # a benchmark it does not measure: start afresh
+                        early = None
+                    started = early or self._start(
+                        found, order, measuring, window(len(measuring)), counts
+                    )
+                    pair = self._finish(found, started)
                 except KeyboardInterrupt:
                     progress.close()  # its line ended before pytest says where Ctrl-C hit
                     found.notes.append(f"pair {index + 1} of {cap} not completed (interrupted)")
@@ -246,60 +258,90 @@ class Against:
 
         return ask
 
-    def _pair(
+    def start_early(self, tests: Sequence[str], bench_time: float) -> None:
+        """Start the first pair at the end of collection, on every benchmark collected: its
+        processes import, collect, set the first benchmark up and warm it up while this session
+        runs its tests, then wait on their turn pipes until :meth:`measure` gives them their
+        turns (Note [Cheaper processes])."""
+        if tests and self._early is None:
+            order = (self.base, self.head)  # the first pair's, as in measure()
+            self._early = self._start(None, order, tests, bench_time, counts=True)
+
+    def _start(
         self,
-        found: Pairs,
+        found: Pairs | None,
         order: tuple[Side, Side],
         tests: Sequence[str],
         bench_time: float,
         counts: bool,
-    ) -> dict[str, dict[str, dict[str, Any]]]:
-        """The two processes of a pair, in ``order``: started together, they import, collect
-        and set each benchmark up side by side, and measure it in turns, slice by slice, the
-        other waiting for its turn (Note [Cheaper processes]). Ctrl-C stops both."""
+    ) -> _Started:
+        """The two processes of a pair, in ``order``: started together, they import, collect,
+        set each benchmark up and warm it up side by side, and measure it in turns, slice by
+        slice, once :meth:`_finish` lets them (Note [Cheaper processes])."""
         from concurrent.futures import ThreadPoolExecutor
 
+        # the first pair, which counts, collects everything: it lists each side's benchmarks
+        request = {reruns.COUNTS_KEY: counts, reruns.NARROW_KEY: bool(found and found.measured)}
         turns = [reruns.Turn() for _ in order]
         pool = ThreadPoolExecutor(len(order), thread_name_prefix="hpml-pair")
+        running = [
+            pool.submit(self.asker(side), tests, bench_time, request=request, turn=turn)
+            for side, turn in zip(order, turns)
+        ]
+        return _Started(order, list(tests), turns, pool, running)
+
+    def _finish(self, found: Pairs, started: _Started) -> dict[str, dict[str, dict[str, Any]]]:
+        """Let the processes of ``started`` measure in turns until both ended; what each side
+        measured, by test id and metric. Ctrl-C stops both."""
         try:
-            running = [
-                pool.submit(self._one, found, side, tests, bench_time, counts, turn)
-                for side, turn in zip(order, turns)
-            ]
-            reruns.take_turns(turns, running)
-            return {side.name: process.result() for side, process in zip(order, running)}
+            reruns.take_turns(started.turns, started.running)
+            return {
+                side.name: _take(found, side, *process.result())
+                for side, process in zip(started.order, started.running)
+            }
         except BaseException:
-            for turn in turns:
-                turn.stop()
+            started.stop()
             raise
         finally:
-            for turn in turns:
-                turn.close()  # a process still waiting measures, and ends
-            pool.shutdown(wait=True)
+            started.close()
 
-    def _one(
-        self,
-        found: Pairs,
-        side: Side,
-        tests: Sequence[str],
-        bench_time: float,
-        counts: bool,
-        turn: reruns.Turn | None = None,
-    ) -> dict[str, dict[str, Any]]:
-        """One process of ``side``: its metrics by test id (none if it answered nothing); its
-        counts too where ``counts``; measuring in its ``turn``, if given."""
-        # the first pair, which counts, collects everything: it lists each side's benchmarks
-        request = {reruns.COUNTS_KEY: counts, reruns.NARROW_KEY: bool(found.measured)}
-        done, answer = self.asker(side)(tests, bench_time, request=request, turn=turn)
-        if answer is None:
-            note = f"a {side.name} process measured nothing ({reruns.silence(done)})"
-            if note not in found.notes:
-                found.notes.append(note)
-            return {}
-        for test, why in answer.get("failed", {}).items():
-            found.failed.setdefault(side.name, {}).setdefault(test, why)
-        found.collected.setdefault(side.name, set()).update(answer.get("benchmarks", ()))
-        return {result["test"]: result["metrics"] for result in answer["results"]}
+
+@dataclass
+class _Started:
+    """A pair's two processes, running in ``pool``, each with its turn."""
+
+    order: tuple[Side, Side]
+    tests: list[str]
+    turns: list[reruns.Turn]
+    pool: Any  # a concurrent.futures.ThreadPoolExecutor
+    running: list[Any]  # its futures: (CompletedProcess, answer) once a process ended
+
+    def stop(self) -> None:
+        """Stop both processes, as Ctrl-C does."""
+        for turn in self.turns:
+            turn.stop()
+        self.close()
+
+    def close(self) -> None:
+        for turn in self.turns:
+            turn.close()  # a process still waiting measures, and ends
+        self.pool.shutdown(wait=True)
+
+
+def _take(
+    found: Pairs, side: Side, done: subprocess.CompletedProcess[str], answer: Any
+) -> dict[str, dict[str, Any]]:
+    """What one process of ``side`` measured, by test id (none if it answered nothing); what
+    failed there, and the benchmarks it collected, noted in ``found``."""
+    if answer is None:
+        note = f"a {side.name} process measured nothing ({reruns.silence(done)})"
+        if note not in found.notes:
+            found.notes.append(note)
+        return {}
+    for test, why in answer.get("failed", {}).items():
+        found.failed.setdefault(side.name, {}).setdefault(test, why)
+    found.collected.setdefault(side.name, set()).update(answer.get("benchmarks", ()))
+    return {result["test"]: result["metrics"] for result in answer["results"]}
 
 
 def remove_worktree(top: Path, directory: Path) -> None:

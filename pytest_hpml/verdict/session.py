@@ -12,6 +12,7 @@ import dataclasses
 import datetime
 import functools
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,17 @@ def pair_window(settings: Settings, benchmarks: int) -> float:
     """Seconds of rounds a benchmark gets in each process of the pairs, with --hpml-against."""
     shared = settings.bench_time / (2 * settings.pairs)
     return max(shared, min(settings.bench_time, PAIR_WINDOW) / max(benchmarks, 1))
+
+
+def start_pairs(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
+    """With --hpml-against, in the controller: start the first pair of processes on the
+    benchmarks collected, while this session runs its tests (Note [Cheaper processes])."""
+    from ..bench.sides import AGAINST_KEY
+
+    against = config.stash.get(AGAINST_KEY, None)
+    tests = [item.nodeid for item in items if "benchmark" in getattr(item, "fixturenames", ())]
+    if against is not None and tests and duty(config).against:
+        against.start_early(tests, pair_window(settings(config), len(tests)))
 
 
 def counting_progress(config: pytest.Config, tests: int, processes: int) -> Progress:
