@@ -169,7 +169,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
-    """Show the hardware once hpml tests were collected (torch is needed for them anyway)."""
+    """Show the hardware once hpml tests were collected (torch is needed for them anyway),
+    and both sides of --hpml-against."""
     from .report import header
 
     return header.after_collection(config)

@@ -43,7 +43,8 @@ HPML_ITEMS = pytest.StashKey[bool]()
 
 def lines(config: pytest.Config) -> list[str]:
     """The header: the selection and seed, the GPUs per xdist worker, and the hardware if
-    torch is loaded already (describing it then costs nothing extra)."""
+    torch is loaded already (describing it then costs nothing extra). Both sides of
+    --hpml-against come after collection (:func:`after_collection`), but under xdist."""
     found = [settings_line(settings(config))]
     scheduler = config.pluginmanager.get_plugin("hpml-gpus")  # xdist on a machine with GPUs
     if scheduler is not None:
@@ -51,7 +52,9 @@ def lines(config: pytest.Config) -> list[str]:
     if torch_imported():
         found.append(hardware_line(config))
         config.stash[HARDWARE_SHOWN] = True
-    return shown(found + against_lines(config))
+    if config.pluginmanager.has_plugin("dsession"):  # xdist's controller reports no collection
+        found += against_lines(config)
+    return shown(found)
 
 
 def shown(found: list[str]) -> list[str]:
@@ -86,7 +89,14 @@ def hardware_checked(config: pytest.Config) -> None:
 
 
 def after_collection(config: pytest.Config) -> list[str]:
-    """The hardware line, after collection, if hpml tests need it and it was not shown yet."""
+    """The hardware line, after collection, if hpml tests need it and it was not shown yet;
+    then both sides of --hpml-against, where the header would have shown them. Their
+    description imports torch in another interpreter: said here, it runs beside collection
+    instead of holding the header up (Note [Cheaper processes])."""
+    found = []
     if config.stash.get(HPML_ITEMS, False) and not config.stash.get(HARDWARE_SHOWN, False):
-        return shown([hardware_line(config)])
-    return []
+        found.append(hardware_line(config))
+    header = config.get_verbosity() >= 0 and not getattr(config.option, "no_header", False)
+    if header and not config.pluginmanager.has_plugin("dsession"):
+        found += against_lines(config)
+    return shown(found) if found else []
