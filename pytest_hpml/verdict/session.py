@@ -56,6 +56,7 @@ def start_pairs(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
     tests = [item.nodeid for item in items if "benchmark" in getattr(item, "fixturenames", ())]
     if against is not None and tests and duty(config).against:
         against.start_early(tests, pair_window(settings(config), len(tests)))
+        stats.import_ahead()
 
 
 def counting_progress(config: pytest.Config, tests: int, processes: int) -> Progress:
