@@ -118,8 +118,6 @@ class Against:
         dirty = _git(self.top, "status", "--porcelain", "--untracked-files=no").strip()
         head = _commit(self.top, "HEAD")[:12] + (" + changes" if dirty else "")
         self.head = Side(HEAD, self.top, head, sys.executable)
-        # described while git makes the worktree: it imports torch, which takes seconds
-        self._describing = describing(sys.executable, _modules(), dict(os.environ))
         self._descriptions: dict[str, dict[str, Any]] | None = None
         self._base_description: dict[str, Any] | None = None  # another interpreter's
         self._early: _Started | None = None  # the first pair, started at collection's end
@@ -139,7 +137,7 @@ class Against:
         """Each side's environment (:data:`DESCRIBE`), the same one twice where both sides
         run in this interpreter; empty where this one could not be described."""
         if self._descriptions is None:
-            head, _ = described(self._describing)
+            head = describe_here(_modules())
             base = self._base_description or head
             self._descriptions = {} if head is None or base is None else {BASE: base, HEAD: head}
         return self._descriptions
@@ -150,9 +148,6 @@ class Against:
         if self._early is not None:
             self._early.stop()
             self._early = None
-        if self._describing.poll() is None:  # a run that ended before it was needed
-            self._describing.kill()
-            self._describing.communicate()
         remove_worktree(self.top, self.directory)
 
     def environment(self, side: Side) -> dict[str, str]:
@@ -431,34 +426,54 @@ def _commit(top: Path, revision: str) -> str:
         ) from None
 
 
-# Run in each side's interpreter: what that side measures with (Python, torch and its CUDA and
-# cuDNN, every installed distribution's version), one JSON line. It imports what the side's
-# processes will import, so that an environment that cannot measure fails here, clearly.
+# What a side measures with (Python, torch and its CUDA and cuDNN, every installed
+# distribution's version): run in another interpreter, it imports what that side's processes
+# will import first, so that an environment that cannot measure fails there, clearly, and
+# prints one JSON line.
 DESCRIBE = """
 import json, platform, sys
 from importlib import metadata
-MODULES
-found = {"python": platform.python_version(), "executable": sys.executable, "packages": {}}
-for dist in metadata.distributions():
-    name = dist.metadata.get("Name")
-    if name:
-        found["packages"][name.lower().replace("_", "-")] = dist.version
-torch = sys.modules.get("torch")
-if torch is not None:
-    found["torch"] = torch.__version__
-    found["cuda"] = torch.version.cuda
-    found["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-print(json.dumps(found))
+
+
+def describe():
+    found = {"python": platform.python_version(), "executable": sys.executable, "packages": {}}
+    for dist in metadata.distributions():
+        name = dist.metadata.get("Name")
+        if name:
+            found["packages"][name.lower().replace("_", "-")] = dist.version
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        found["torch"] = torch.__version__
+        found["cuda"] = torch.version.cuda
+        cudnn = torch.backends.cudnn
+        found["cudnn"] = cudnn.version() if cudnn.is_available() else None
+    return found
 """
 
 
 def describing(python: str, modules: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
     """Start describing the environment of ``python`` (see :data:`DESCRIBE`), importing
     ``modules`` first."""
-    code = DESCRIBE.replace("MODULES", "\n".join(f"import {m}" for m in modules))
+    imports = "".join(f"import {m}\n" for m in modules)
+    code = imports + DESCRIBE + "print(json.dumps(describe()))\n"
     return subprocess.Popen(
         [python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
+
+
+def describe_here(modules: Sequence[str]) -> dict[str, Any] | None:
+    """:data:`DESCRIBE` run in this interpreter, the head side's, once it imported
+    ``modules`` (torch mostly is already, by the collection): no interpreter of its own that
+    imports torch beside this one's start (Note [Cheaper processes]). None where one of them
+    cannot be imported."""
+    try:
+        for module in modules:
+            importlib.import_module(module)
+    except Exception:  # the tests that need it fail, saying why
+        return None
+    namespace: dict[str, Any] = {}
+    exec(DESCRIBE, namespace)  # the very code another interpreter runs: one description
+    return namespace["describe"]()
 
 
 def described(started: subprocess.Popen[str]) -> tuple[dict[str, Any] | None, str]:
