@@ -177,13 +177,15 @@ class Against:
         looks: Sequence[int],
         window: Callable[[int], float],
         unsettled: Callable[[Pairs], list[str]],
+        before: Callable[[], None] = lambda: None,
     ) -> Pairs:
         """Measure ``tests`` in pairs of fresh processes, alternating the order of the sides
         from pair to pair. After each of ``looks`` pairs, ``unsettled`` says which verdicts more
         pairs could change: the next pairs measure those only, each for ``window(count)``
         seconds, and none once all are settled or the last look is reached (Note [Adaptive
-        pairs]). Ctrl-C stops the process measuring and ends the run as pytest does, keeping
-        the pairs completed."""
+        pairs]). ``before`` runs once the first pair's processes have started, before their
+        first turn, while nothing measures. Ctrl-C stops the process measuring and ends the
+        run as pytest does, keeping the pairs completed."""
         cap = looks[-1]
         found = Pairs(self.base, self.head, cap=cap, benchmarks=len(tests))
         start = time.monotonic()
@@ -215,7 +217,7 @@ class Against:
                     started = early or self._start(
                         found, order, measuring, window(len(measuring)), counts
                     )
-                    pair = self._finish(found, started)
+                    pair = self._finish(found, started, before if index == 0 else None)
                 except KeyboardInterrupt:
                     progress.close()  # its line ended before pytest says where Ctrl-C hit
                     found.notes.append(f"pair {index + 1} of {cap} not completed (interrupted)")
@@ -285,10 +287,14 @@ class Against:
         ]
         return _Started(order, list(tests), turns, pool, running)
 
-    def _finish(self, found: Pairs, started: _Started) -> dict[str, dict[str, dict[str, Any]]]:
-        """Let the processes of ``started`` measure in turns until both ended; what each side
-        measured, by test id and metric. Ctrl-C stops both."""
+    def _finish(
+        self, found: Pairs, started: _Started, before: Callable[[], None] | None = None
+    ) -> dict[str, dict[str, dict[str, Any]]]:
+        """Let the processes of ``started`` measure in turns (after ``before``, if given) until
+        both ended; what each side measured, by test id and metric. Ctrl-C stops both."""
         try:
+            if before is not None:
+                before()
             reruns.take_turns(started.turns, started.running)
             return {
                 side.name: _take(found, side, *process.result())

@@ -56,7 +56,6 @@ def start_pairs(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
     tests = [item.nodeid for item in items if "benchmark" in getattr(item, "fixturenames", ())]
     if against is not None and tests and duty(config).against:
         against.start_early(tests, pair_window(settings(config), len(tests)))
-        stats.import_ahead()
 
 
 def counting_progress(config: pytest.Config, tests: int, processes: int) -> Progress:
@@ -186,7 +185,11 @@ class Verdicts:
             return
         self.looks = stats.looks(self.settings.pairs)
         found = self.pairs = against.measure(
-            tests, self.looks, lambda count: pair_window(self.settings, count), self.unsettled
+            tests,
+            self.looks,
+            lambda count: pair_window(self.settings, count),
+            self.unsettled,
+            before=stats.import_ahead,
         )
         self.process_count = 2 * len(found.measured)
         on_base = found.collected.get("base")

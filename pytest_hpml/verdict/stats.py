@@ -264,16 +264,13 @@ def compare_pairs(
 
 
 def import_ahead() -> None:
-    """Import scipy's statistics in a thread of their own, while this process has nothing
-    to measure: head against base judges its first look after 3 pairs of processes and would
-    wait for the import there, about 0.7 s (Note [Cheaper processes])."""
-    import threading
-
-    def load() -> None:
-        with contextlib.suppress(ImportError):  # said where a verdict needs it
-            importlib.import_module("scipy.stats")
-
-    threading.Thread(target=load, name="hpml-import-ahead", daemon=True).start()
+    """Import scipy's statistics now, once the first pair of head against base has started
+    and before its first turn: its processes are still importing and warming up (nothing
+    measures), and the first look, after 3 pairs, would otherwise wait for the import, about
+    0.7 s, between two pairs (Note [Cheaper processes]). Not in a thread: two threads importing
+    numpy at once may see it half initialized."""
+    with contextlib.suppress(ImportError):  # said where a verdict needs it
+        importlib.import_module("scipy.stats")
 
 
 def _level(alpha: float) -> str:
