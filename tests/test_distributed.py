@@ -283,7 +283,9 @@ def test_slow(rank):
     deadline = time.monotonic() + 60
     while len(_ranks_left(marker)) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert len(_ranks_left(marker)) == 2, "the ranks never started"
+    # at least two: a process a rank starts for a moment inherits its environment (one CI
+    # run saw three)
+    assert len(_ranks_left(marker)) >= 2, "the ranks never started"
     inner.send_signal(signal.SIGKILL)
     inner.communicate()
     deadline = time.monotonic() + 10

@@ -7,6 +7,7 @@ import html
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -111,11 +112,16 @@ def test_thirty_commits_steps_found_where_the_work_changed(project: Project, tmp
     assert counted == {SYNC_AT, SLOWER_AT}, said
     assert [c for _, m, c, _ in found if m == "syncs"] == [commits[SYNC_AT - 1]], said
     # Time is the host's too: thirty runs one after another on a host whose speed drifted
-    # (about +25% at commit 19 on one runner, four commits before the slower code) placed the
-    # time step there. So the time must step, slower, but where is not asserted.
+    # (about +25% at commit 19 on one runner, four commits before the slower code; -9% then
+    # +11% before it on another) placed time steps there. So a slower step must be found, and
+    # the commits with the slower code must be slower than those before, but where the time
+    # steps is not asserted.
     timed = [(c, change) for _, m, c, change in found if m == "time"]
-    assert timed, said
-    assert all(change.startswith("+") for _, change in timed), said
+    assert any(change.startswith("+") for _, change in timed), said
+    before, after = (
+        [t[0] for t in part] for part in (times[: SLOWER_AT - 1], times[SLOWER_AT - 1 :])
+    )
+    assert statistics.median(after) > statistics.median(before), said
     drawn = {f["metric"]: [s["commit"] for s in f["steps"]] for f in figures}
     assert drawn["time"] == [c for c, _ in timed]
     assert drawn["syncs"] == [commits[SYNC_AT - 1]]
