@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 import pytest
 
+from ..config import markers
 from ..config.invocation import child_args, keep_only
 from ..config.progress import Progress, plural
 from ..config.role import RERUN_ENV, RERUN_FORMAT, RERUN_PREFIX, die_with_parent, measuring_threads
@@ -442,7 +443,7 @@ class Rerun:
         """Deselect every test the first process does not want measured again (after noting
         the benchmarks collected: on the base side of --hpml-against, those the working tree
         lacks were removed)."""
-        self.benchmarks = [i.nodeid for i in items if "benchmark" in getattr(i, "fixturenames", ())]
+        self.benchmarks = [item.nodeid for item in items if markers.is_benchmark(item)]
         keep_only(config, items, self.tests)
 
     @pytest.hookimpl

@@ -284,9 +284,14 @@ def _marking_no_benchmark(items: list[pytest.Item]) -> list[pytest.Item]:
         if bearer is None:
             continue
         marked.setdefault(bearer[0].nodeid, []).append(item)
-        if "benchmark" in getattr(item, "fixturenames", ()):
+        if is_benchmark(item):
             used.add(bearer[0].nodeid)
     return [test for node, tests in marked.items() if node not in used for test in tests]
+
+
+def is_benchmark(item: pytest.Item) -> bool:
+    """Whether ``item`` is a benchmark test: it asks for pytest-benchmark's fixture."""
+    return "benchmark" in getattr(item, "fixturenames", ())
 
 
 def gpu_skip_reason(req: GpuRequirement, hardware: Any) -> str | None:

@@ -52,9 +52,14 @@ def lines(config: pytest.Config) -> list[str]:
     if torch_imported():
         found.append(hardware_line(config))
         config.stash[HARDWARE_SHOWN] = True
-    if config.pluginmanager.has_plugin("dsession"):  # xdist's controller reports no collection
+    if _no_collection(config):
         found += against_lines(config)
     return shown(found)
+
+
+def _no_collection(config: pytest.Config) -> bool:
+    """xdist's controller: its workers collect, and it reports no collection of its own."""
+    return config.pluginmanager.has_plugin("dsession")
 
 
 def shown(found: list[str]) -> list[str]:
@@ -90,13 +95,13 @@ def hardware_checked(config: pytest.Config) -> None:
 
 def after_collection(config: pytest.Config) -> list[str]:
     """The hardware line, after collection, if hpml tests need it and it was not shown yet;
-    then both sides of --hpml-against, where the header would have shown them. Their
-    description imports torch in another interpreter: said here, it runs beside collection
-    instead of holding the header up (Note [Cheaper processes])."""
+    then both sides of --hpml-against, where the header would have shown them. Said here,
+    describing them waits for nothing: the collection has imported torch (Note [Cheaper
+    processes])."""
     found = []
     if config.stash.get(HPML_ITEMS, False) and not config.stash.get(HARDWARE_SHOWN, False):
         found.append(hardware_line(config))
     header = config.get_verbosity() >= 0 and not getattr(config.option, "no_header", False)
-    if header and not config.pluginmanager.has_plugin("dsession"):
+    if header and not _no_collection(config):
         found += against_lines(config)
     return shown(found) if found else []

@@ -53,7 +53,7 @@ def start_pairs(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
     from ..bench.sides import AGAINST_KEY
 
     against = config.stash.get(AGAINST_KEY, None)
-    tests = [item.nodeid for item in items if "benchmark" in getattr(item, "fixturenames", ())]
+    tests = [item.nodeid for item in items if markers.is_benchmark(item)]
     if against is not None and tests and duty(config).against:
         against.start_early(tests, pair_window(settings(config), len(tests)))
 

@@ -8,7 +8,6 @@ the plugin loads into every pytest run.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -270,7 +269,7 @@ def import_ahead() -> None:
     0.7 s, between two pairs (Note [Cheaper processes]). Not in a thread: two threads importing
     numpy at once may see it half initialized."""
     with contextlib.suppress(ImportError):  # said where a verdict needs it
-        importlib.import_module("scipy.stats")
+        import scipy.stats  # noqa: F401
 
 
 def _level(alpha: float) -> str:
