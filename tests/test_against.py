@@ -514,11 +514,12 @@ def test_a_worktree_that_cannot_be_made_is_a_usage_error(repo: Project) -> None:
 
 def test_ctrl_c_while_the_sides_measure_leaves_no_worktree(repo: Project, tmp_path: Path) -> None:
     """SIGINT to a real pytest while a base process measures: pytest's exit on Ctrl-C, the
-    process stopped, and neither the worktree nor a request file left."""
+    process stopped, and the one that forked it (Note [Fork server]), and neither the worktree
+    nor a request file left."""
     waits = TESTS.replace(
         "    benchmark(work)\n",
         "    if os.environ.get('HPML_INTERNAL_RERUN'):\n"
-        "        open('child.pid', 'w').write(str(os.getpid()))\n"
+        "        open('child.pid', 'w').write(f'{os.getpid()} {os.getppid()}')\n"
         "        import time; time.sleep(600)\n"
         "    benchmark(work)\n",
     )
@@ -536,7 +537,7 @@ def test_ctrl_c_while_the_sides_measure_leaves_no_worktree(repo: Project, tmp_pa
         preexec_fn=interruptible,
     )
     try:
-        pid = _wait_for(inner, scratch)
+        pid, parent = _wait_for(inner, scratch)
         inner.send_signal(signal.SIGINT)
         output, _ = inner.communicate(timeout=60)
     finally:
@@ -544,19 +545,22 @@ def test_ctrl_c_while_the_sides_measure_leaves_no_worktree(repo: Project, tmp_pa
     assert inner.returncode == pytest.ExitCode.INTERRUPTED, output
     assert "KeyboardInterrupt" in output
     assert not _alive(pid)
+    assert not _alive(parent)
     assert left_in(scratch) == []
     assert worktrees(repo.path) == [str(repo.path)]
 
 
-def _wait_for(inner: subprocess.Popen[str], scratch: Path, seconds: float = 120) -> int:
-    """The pid of the first measuring process, once it waits in the base worktree."""
+def _wait_for(inner: subprocess.Popen[str], scratch: Path, seconds: float = 120) -> tuple[int, int]:
+    """The pid of the first measuring process and of its parent, once it waits in the base
+    worktree."""
     import time
 
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and inner.poll() is None:
         found = list(scratch.glob("pytest-hpml-base-*/child.pid"))
-        if found and found[0].read_text().strip():
-            return int(found[0].read_text())
+        if found and len(found[0].read_text().split()) == 2:
+            pid, parent = map(int, found[0].read_text().split())
+            return pid, parent
         time.sleep(0.1)
     raise AssertionError(f"no measuring process started: {inner.communicate()[0]}")
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 import pytest
 
@@ -39,6 +39,11 @@ from ..config.progress import Progress, plural
 from ..config.role import RERUN_ENV, RERUN_FORMAT, RERUN_PREFIX, die_with_parent, measuring_threads
 from ..storage.reader import Unreadable, read_json
 from .metrics import is_sampled
+
+if TYPE_CHECKING:
+    from .forkserver import Forked, Server
+
+    Process = Union[subprocess.Popen[str], Forked]  # a process started fresh or forked
 
 # In a rerun's request: whether it records the work counters and peak memory too. They are the
 # same in every process, so the processes that only add samples leave them out.
@@ -113,6 +118,7 @@ def ask(
     wrapper: Sequence[str] = (),
     request: dict[str, Any] | None = None,
     turn: Turn | None = None,
+    server: Server | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
     """Run ``tests`` in one fresh pytest process (``python -m pytest`` with the first
     process's arguments, unless ``args`` are given; run by ``wrapper``, a command such as
@@ -121,7 +127,11 @@ def ask(
     if it wrote none. It is asked in a file that it removes once read (``request`` adds to
     what it is asked) and answers in one of the same name; neither is left when this
     returns. The request says what it is and which process made it: the process acts on no
-    other file (Note [Internal variables]). With ``turn``, it measures only once told to."""
+    other file (Note [Internal variables]). With ``turn``, it measures only once told to. With
+    ``server``, a fork server of its interpreter, the server forks it (Note [Fork server])."""
+    forked = server if server and not wrapper and python == server.python else None
+    if forked is not None and not forked.ready():  # it could not import torch: start afresh
+        forked = None
     handle, name = tempfile.mkstemp(prefix=RERUN_PREFIX, suffix=".json")
     try:
         wanted = {
@@ -130,7 +140,7 @@ def ask(
             "tests": list(tests),
             "bench_time": bench_time,
             "output": name,
-            "parent": os.getpid(),
+            "parent": os.getpid() if forked is None else forked.pid,
             **({TURN_KEY: list(turn.child_ends)} if turn is not None else {}),
         }
         with os.fdopen(handle, "w", encoding="utf-8") as request:
@@ -138,16 +148,17 @@ def ask(
         done = _run(
             [*wrapper, python, "-m", "pytest", *(child_args(config) if args is None else args)],
             cwd=cwd or config.invocation_params.dir,
-            env={**os.environ, **_threads(config), **(env or {}), RERUN_ENV: name},
+            env={**os.environ, **measuring_environment(config), **(env or {}), RERUN_ENV: name},
             started=None if turn is None else turn.started,
             pass_fds=() if turn is None else turn.child_ends,
+            server=forked,
         )
         return done, _answer(Path(name))
     finally:
         Path(name).unlink(missing_ok=True)
 
 
-def _threads(config: pytest.Config) -> dict[str, str]:
+def measuring_environment(config: pytest.Config) -> dict[str, str]:
     """The thread count a process measures at, set before its interpreter starts, so that
     torch runs at it from its first operator, however the tests import torch (Note [Torch
     state])."""
@@ -158,14 +169,20 @@ def _threads(config: pytest.Config) -> dict[str, str]:
 
 def _run(
     command: list[str],
-    started: Callable[[subprocess.Popen[str]], None] | None = None,
+    started: Callable[[Process], None] | None = None,
+    server: Server | None = None,
     **popen: Any,
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run`` with its output captured, but a process interrupted is stopped;
-    ``started`` is told of the process once it runs."""
-    with subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen
-    ) as child:
+    ``started`` is told of the process once it runs. ``server`` forks it, if given."""
+    opened: Process = (
+        server.popen(command, **popen)
+        if server is not None
+        else subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen
+        )
+    )
+    with opened as child:
         if started is not None:
             started(child)
         try:
@@ -176,7 +193,7 @@ def _run(
     return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
 
 
-def _stop(child: subprocess.Popen[str]) -> None:
+def _stop(child: Process) -> None:
     """SIGINT, as Ctrl-C in a terminal sends it: the child's pytest ends as on Ctrl-C and stops
     what it started (ranks included); SIGKILL if it has not ended within STOP_GRACE s, or at a
     second Ctrl-C."""
@@ -204,9 +221,9 @@ class Turn:
         self._ready, ready = os.pipe()
         go, self._go = os.pipe()
         self.child_ends: tuple[int, ...] = (ready, go)  # the process's ends, passed by number
-        self.child: subprocess.Popen[str] | None = None
+        self.child: Process | None = None
 
-    def started(self, child: subprocess.Popen[str]) -> None:
+    def started(self, child: Process) -> None:
         """The process runs: its ends are its own now (and an end it closes, by ending, shows
         here as the end of the pipe)."""
         self.child = child

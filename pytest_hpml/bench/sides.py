@@ -30,7 +30,7 @@ import pytest
 from ..config.invocation import child_args
 from ..config.options import SETTINGS_KEY, given, shown
 from ..config.progress import Progress, plural
-from . import reruns
+from . import forkserver, reruns
 
 BASE, HEAD = "base", "head"
 GIT_TIMEOUT = 300.0  # seconds a git command may take (a worktree of a large repository)
@@ -121,6 +121,9 @@ class Against:
         self._descriptions: dict[str, dict[str, Any]] | None = None
         self._base_description: dict[str, Any] | None = None  # another interpreter's
         self._early: _Started | None = None  # the first pair, started at collection's end
+        # forks the pairs' processes (Note [Fork server])
+        self._server: forkserver.Server | None = None
+        self._server_tried = False
         self.directory = Path(tempfile.mkdtemp(prefix="pytest-hpml-base-"))
         try:
             _git(self.top, "worktree", "add", "--detach", "--quiet", str(self.directory), sha)
@@ -148,15 +151,21 @@ class Against:
         if self._early is not None:
             self._early.stop()
             self._early = None
+        if self._server is not None:
+            self._server.close()
         remove_worktree(self.top, self.directory)
 
     def environment(self, side: Side) -> dict[str, str]:
         """PYTHONPATH that puts ``side``'s code first: its rootdir, src/, the ini's paths."""
+        earlier = os.environ.get("PYTHONPATH")
+        first = map(str, self._first(side))
+        return {"PYTHONPATH": os.pathsep.join([*first, *([earlier] if earlier else [])])}
+
+    def _first(self, side: Side) -> list[Path]:
+        """The paths ``side``'s processes put first: its rootdir, src/, the ini's paths."""
         root = side.path(self.top, self.config.rootpath)
         first = [root, *([root / "src"] if (root / "src").is_dir() else [])]
-        first += [root / extra for extra in self.paths]
-        earlier = os.environ.get("PYTHONPATH")
-        return {"PYTHONPATH": os.pathsep.join([*map(str, first), *([earlier] if earlier else [])])}
+        return first + [root / extra for extra in self.paths]
 
     def arguments(self, side: Side) -> list[str]:
         """The first process's arguments, with paths into the working tree moved to ``side``'s."""
@@ -228,6 +237,8 @@ class Against:
             else:
                 found.looks.append((cap, len(tests) - len(unsettled(found))))
             progress.close(found.stopped() or None)
+        if self._server is not None and self._server.why:
+            found.notes.append(f"each process imported torch: no fork server ({self._server.why})")
         found.seconds = time.monotonic() - start
         return found
 
@@ -250,6 +261,7 @@ class Against:
                 cwd=side.path(self.top, self.config.invocation_params.dir),
                 args=self.arguments(side),
                 env={**self.environment(side), **(env or {})},
+                server=self._server,
                 **more,
             )
 
@@ -261,6 +273,7 @@ class Against:
         runs its tests, then wait on their turn pipes until :meth:`measure` gives them their
         turns (Note [Cheaper processes])."""
         if tests and self._early is None:
+            self._start_server()
             order = (self.base, self.head)  # the first pair's, as in measure()
             self._early = self._start(None, order, tests, bench_time, counts=True)
 
@@ -277,6 +290,7 @@ class Against:
         slice, once :meth:`_finish` lets them (Note [Cheaper processes])."""
         from concurrent.futures import ThreadPoolExecutor
 
+        self._start_server()
         # the first pair, which counts, collects everything: it lists each side's benchmarks
         request = {reruns.COUNTS_KEY: counts, reruns.NARROW_KEY: bool(found and found.measured)}
         turns = [reruns.Turn() for _ in order]
@@ -286,6 +300,23 @@ class Against:
             for side, turn in zip(order, turns)
         ]
         return _Started(order, list(tests), turns, pool, running)
+
+    def _start_server(self) -> None:
+        """Start the fork server once, where both sides run in this interpreter and the
+        collection imported torch (Note [Fork server]); its processes wait for it."""
+        if self._server_tried:
+            return
+        self._server_tried = True
+        modules = forkserver.preloaded()
+        if modules and self.base.python == self.head.python == sys.executable:
+            env = {**os.environ, **reruns.measuring_environment(self.config)}
+            here = Path(self.config.invocation_params.dir)
+            first = [
+                p
+                for side in (self.base, self.head)
+                for p in (side.path(self.top, here), *self._first(side))
+            ]
+            self._server = forkserver.Server(modules, first, env)
 
     def _finish(
         self, found: Pairs, started: _Started, before: Callable[[], None] | None = None

@@ -1,0 +1,225 @@
+"""A process that imports torch once and forks the processes of the pairs (Note [Fork server]).
+
+:class:`Server` starts it (``python -c`` with :mod:`.forkserver_main`'s text) and asks it for
+processes; :class:`Forked` is such a process as the controller sees it, with the part of
+``subprocess.Popen``'s interface that :mod:`.reruns` uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+READY_TIMEOUT = 300.0  # seconds the server may take to import torch (a cold disk)
+MESSAGE = 1 << 16  # bytes an answer of the server may take
+# The modules the server imports, where the controller's collection imported them: the ones
+# whose import a process of the pairs pays most for (Note [Fork server]).
+PRELOADED = ("torch", "torchvision")
+
+
+def preloaded() -> list[str]:
+    """The modules a server would import: those of :data:`PRELOADED` this process imported."""
+    return [name for name in PRELOADED if name in sys.modules]
+
+
+class Server:
+    """The fork server: started at once, ready once it has imported its modules."""
+
+    def __init__(self, modules: Sequence[str], entries: Sequence[Path], env: dict[str, str]):
+        """Import ``modules`` in a server started with ``env``; it declines to fork where a
+        module it then loaded is also found in ``entries``, the paths a side's processes put
+        first (:meth:`ready`)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._socket = ours
+        self._lock = threading.Lock()
+        self._ready: bool | None = None  # not yet known
+        self.why = ""  # why it is not used, once known
+        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 - open as long as the server
+        code = Path(__file__).with_name("forkserver_main.py").read_text(encoding="utf-8")
+        first = [os.path.abspath(entry) for entry in entries]
+        self.python = sys.executable
+        with theirs:
+            self._process = subprocess.Popen(
+                [
+                    *(self.python, "-c", code, str(theirs.fileno()), str(os.getpid())),
+                    *(json.dumps(list(modules)), json.dumps(first)),
+                ],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=self._errors,
+                env=env,
+            )
+        self.pid = self._process.pid
+
+    def ready(self) -> bool:
+        """Whether it imported its modules and forks processes (waits for it the first time);
+        :attr:`why` says why not."""
+        with self._lock:
+            if self._ready is None:
+                self._ready = self._answer()
+                if not self._ready:
+                    self._end()
+            return self._ready
+
+    def _answer(self) -> bool:
+        self._socket.settimeout(READY_TIMEOUT)
+        try:
+            answer = json.loads(self._socket.recv(MESSAGE) or b"null")
+        except (OSError, ValueError):
+            answer = None
+        finally:
+            self._socket.settimeout(None)
+        if isinstance(answer, dict) and answer.get("ready"):
+            return True
+        if isinstance(answer, dict):
+            shadowed = ", ".join(answer.get("shadowed") or ["modules"])
+            self.why = f"the tree has modules it imported: {shadowed}"
+        else:
+            self.why = f"it ended ({self._last_error()})"
+        return False
+
+    def _last_error(self) -> str:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(1.0)
+        self._errors.seek(0)
+        lines = self._errors.read().decode(errors="replace").strip().splitlines()
+        return f"exit {self._process.returncode}: {lines[-1] if lines else 'no output'}"
+
+    def popen(
+        self,
+        command: Sequence[str],
+        *,
+        cwd: str | os.PathLike[str],
+        env: dict[str, str],
+        pass_fds: Sequence[int] = (),
+    ) -> Forked:
+        """``command``, ``[python, "-m", module, *args]`` of the server's interpreter, as a
+        process forked by the server; its output captured, as ``subprocess.Popen`` with
+        ``stdout=PIPE, stderr=PIPE`` would."""
+        python, dash_m, module, *args = command
+        if python != self.python or dash_m != "-m" or not self.ready():
+            raise OSError(f"the fork server cannot run {command[:3]}: {self.why}")
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        status_r, status_w = os.pipe()
+        request = {"module": module, "args": args, "cwd": str(cwd), "env": env}
+        request["fds"] = list(pass_fds)
+        try:
+            with self._lock:
+                socket.send_fds(
+                    self._socket,
+                    [json.dumps(request).encode()],
+                    [out_w, err_w, *pass_fds, status_w],
+                )
+                answer = self._socket.recv(MESSAGE)
+            pid = json.loads(answer)["pid"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            for end in (out_r, err_r, status_r):
+                os.close(end)
+            raise OSError(f"the fork server did not start a process ({error})") from error
+        finally:
+            for end in (out_w, err_w, status_w):
+                os.close(end)
+        return Forked(list(command), pid, out_r, err_r, status_r)
+
+    def close(self) -> None:
+        """End the server (its processes end with it); safe to call twice."""
+        with contextlib.suppress(OSError):
+            self._socket.shutdown(socket.SHUT_RDWR)
+        with self._lock:
+            self._end()
+
+    def _end(self) -> None:
+        self._socket.close()
+        try:
+            self._process.wait(5.0)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._errors.close()
+
+
+class Forked:
+    """A process the server forked, as ``subprocess.Popen`` shows one (text output)."""
+
+    def __init__(self, args: list[str], pid: int, out: int, err: int, status: int):
+        self.args = args
+        self.pid = pid
+        self.returncode: int | None = None
+        self._out, self._err, self._status = out, err, status
+
+    def __enter__(self) -> Forked:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        for end in (self._out, self._err):
+            _close(end)
+        if kind is None:
+            self.wait()
+        _close(self._status)
+
+    def communicate(self) -> tuple[str, str]:
+        """Its output, read to the end of both pipes, once it has ended."""
+        read: dict[int, bytearray] = {self._out: bytearray(), self._err: bytearray()}
+        with selectors.DefaultSelector() as selector:
+            for end in read:
+                selector.register(end, selectors.EVENT_READ)
+            while selector.get_map():
+                for key, _ in selector.select():
+                    chunk = os.read(key.fd, 1 << 16)
+                    if chunk:
+                        read[key.fd] += chunk
+                    else:
+                        selector.unregister(key.fd)
+        self.wait()
+        return read[self._out].decode(errors="replace"), read[self._err].decode(errors="replace")
+
+    def poll(self) -> int | None:
+        """Its exit status, if it has ended."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.wait(0.0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit status, once the server has seen it end (``subprocess.TimeoutExpired``
+        after ``timeout`` seconds)."""
+        if self.returncode is None:
+            import select  # here: only a process of the pairs is waited for this way
+
+            readable, _, _ = select.select([self._status], [], [], timeout)
+            if not readable:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            said = os.read(self._status, 32)
+            # the server ended without saying (killed): so has the process, with it
+            self.returncode = int(said) if said else -signal.SIGKILL
+        return self.returncode
+
+    def send_signal(self, number: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, number)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _close(end: int) -> None:
+    with contextlib.suppress(OSError):  # closed already
+        os.close(end)

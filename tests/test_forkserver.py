@@ -1,0 +1,215 @@
+"""The fork server (Note [Fork server]): a real server process forking real processes, each
+compared with a fresh interpreter started the same way; then head against base through it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_hpml.bench.forkserver import Server
+from tests.conftest import BENCH_TIME, committed
+
+if TYPE_CHECKING:
+    from tests.conftest import Project
+
+# A module run as ``python -m shown ARGS``: what an interpreter started that way sees.
+SHOWN = """
+import json, os, sys
+
+fd = int(sys.argv[2]) if len(sys.argv) > 2 else None
+if fd is not None:
+    os.write(fd, b"through the descriptor passed")
+print(json.dumps({
+    "cwd": os.getcwd(),
+    "path": sys.path[:3],
+    "argv": sys.argv,
+    "seen": os.environ.get("SEEN"),
+    "main": __name__,
+    "spec": __spec__.name,
+}))
+sys.stderr.write("to stderr\\n")
+raise SystemExit(int(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    started = Server(["json"], [], dict(os.environ))
+    yield started
+    started.close()
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "shown.py").write_text(SHOWN)
+    (tmp_path / "run").mkdir()
+    return tmp_path
+
+
+def test_a_forked_process_runs_a_module_as_a_fresh_interpreter_would(
+    server: Server, tree: Path
+) -> None:
+    """Its directory, path (the directory, then PYTHONPATH), arguments, environment, output and
+    exit status are those of ``python -m`` started fresh."""
+    env = {**os.environ, "PYTHONPATH": str(tree / "tree"), "SEEN": "yes"}
+    command = [sys.executable, "-m", "shown", "3"]
+    fresh = subprocess.run(command, cwd=tree / "run", env=env, capture_output=True, text=True)
+    with server.popen(command, cwd=tree / "run", env=env) as child:
+        out, err = child.communicate()
+    assert child.pid != server.pid
+    assert (child.returncode, out, err) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    shown = json.loads(out)
+    assert shown["path"][:2] == [str(tree / "run"), str(tree / "tree")]
+    assert (shown["seen"], shown["main"], shown["spec"], child.returncode) == (
+        "yes",
+        "__main__",
+        "shown",
+        3,
+    )
+
+
+def test_a_descriptor_passed_comes_at_the_number_it_had_here(server: Server, tree: Path) -> None:
+    """As ``pass_fds`` gives it to a fresh process (the turns of a pair travel so)."""
+    read, write = os.pipe()
+    try:
+        env = {**os.environ, "PYTHONPATH": str(tree / "tree")}
+        command = [sys.executable, "-m", "shown", "0", str(write)]
+        with server.popen(command, cwd=tree / "run", env=env, pass_fds=(write,)) as child:
+            child.communicate()
+        os.close(write)
+        assert child.returncode == 0
+        assert os.read(read, 100) == b"through the descriptor passed"
+    finally:
+        os.close(read)
+
+
+def test_ctrl_c_and_kill_reach_a_forked_process(server: Server, tree: Path) -> None:
+    """SIGINT ends it as it ends a fresh one (KeyboardInterrupt); waiting has a timeout."""
+    (tree / "tree" / "waits.py").write_text(
+        "import time\nprint('up', flush=True)\ntime.sleep(60)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tree / "tree")}
+    with server.popen([sys.executable, "-m", "waits"], cwd=tree, env=env) as child:
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(0.2)
+        assert _line(child._out) == b"up\n"
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate()
+    assert "KeyboardInterrupt" in err
+    assert child.returncode == -signal.SIGINT  # as Python ends on an uncaught Ctrl-C
+    with server.popen([sys.executable, "-m", "waits"], cwd=tree, env=env) as child:
+        child.kill()
+        child.communicate()
+    assert child.returncode == -signal.SIGKILL
+
+
+def test_a_tree_with_a_module_of_the_servers_own_is_refused(tree: Path) -> None:
+    """A module the server imported that a process of a side would find in its tree first: the
+    server forks nothing and says which file; the pairs then start fresh processes."""
+    (tree / "tree" / "json").mkdir()
+    (tree / "tree" / "json" / "__init__.py").write_text("")
+    server = Server(["json"], [tree / "tree"], dict(os.environ))
+    try:
+        assert not server.ready()
+        assert server.why == f"the tree has modules it imported: {tree / 'tree/json/__init__.py'}"
+        with pytest.raises(OSError, match="the fork server cannot run"):
+            server.popen([sys.executable, "-m", "json"], cwd=tree, env=dict(os.environ))
+    finally:
+        server.close()
+
+
+def test_the_servers_processes_end_with_it(server: Server, tree: Path) -> None:
+    (tree / "tree" / "waits.py").write_text(
+        "import time\nprint('up', flush=True)\ntime.sleep(60)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tree / "tree")}
+    child = server.popen([sys.executable, "-m", "waits"], cwd=tree, env=env)
+    with child:
+        assert _line(child._out) == b"up\n"
+        server.close()
+        child.communicate()
+    assert child.returncode == -signal.SIGKILL
+    assert not _alive(child.pid)
+    assert not _alive(server.pid)
+
+
+def _line(fd: int) -> bytes:
+    """The first line written to ``fd``, however the pipe cuts it."""
+    read = b""
+    while not read.endswith(b"\n"):
+        read += os.read(fd, 1) or b"\n"
+    return read
+
+
+def _alive(pid: int) -> bool:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+# Head against base with tests that import torch: each process records whether torch was
+# imported before its test module imported it, its parent, and where it found the code.
+SEEN = """
+import json
+import os
+import sys
+
+PRELOADED = "torch" in sys.modules
+import torch
+
+from work import work
+
+
+def test_timed(benchmark):
+    if os.environ.get("HPML_INTERNAL_RERUN"):
+        with open(os.environ["SEEN"], "a") as out:
+            where = os.path.dirname(sys.modules["work"].__file__)
+            with open(f"/proc/{os.getppid()}/cmdline") as parent:
+                started = parent.read().split("\\0")[1]  # "-c" for the server, "-m" fresh
+            line = [started, os.getppid(), PRELOADED, os.getcwd(), where]
+            out.write(json.dumps(line) + "\\n")
+    benchmark(work)
+"""
+WORK = "def work():\n    return sum(range({n}))\n"
+
+
+def test_the_pairs_processes_are_forked_with_torch_imported_and_each_sides_code(
+    project: Project, tmp_path: Path
+) -> None:
+    """Every process of the pairs comes from the one server (torch imported before its test
+    module imported it) and runs its side's code: 4x the work in the working tree regresses."""
+    seen = tmp_path / "seen.txt"
+    project.monkeypatch.setenv("SEEN", str(seen))
+    repo = committed(project, work=WORK.format(n=20_000), test_inner=SEEN)
+    repo.pytester.makepyfile(work=WORK.format(n=80_000))
+    result = repo.run_subprocess("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=3")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    verdicts = {test.split("::")[1]: v for (test, _), v in repo.verdicts(result).items()}
+    assert verdicts == {"test_timed": "regressed"}
+    assert "no fork server" not in result.stdout.str()
+    runs = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert len(runs) == 6  # 3 pairs of 2
+    assert {started for started, _, _, _, _ in runs} == {"-c"}  # the server, not pytest
+    assert len({parent for _, parent, _, _, _ in runs}) == 1  # one server for both sides
+    assert all(preloaded for _, _, preloaded, _, _ in runs)
+    head = [where for _, _, _, cwd, where in runs if cwd == str(repo.path)]
+    base = [where for _, _, _, cwd, where in runs if cwd != str(repo.path)]
+    assert head == [str(repo.path)] * 3  # the head's code, from the working tree
+    assert len(base) == 3
+    assert all("pytest-hpml-base-" in where for where in base)
