@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_hpml.bench import reruns
 from pytest_hpml.bench.forkserver import Server
 from tests.conftest import BENCH_TIME, committed
 
@@ -112,6 +113,24 @@ def test_ctrl_c_and_kill_reach_a_forked_process(server: Server, tree: Path) -> N
         child.kill()
         child.communicate()
     assert child.returncode == -signal.SIGKILL
+
+
+def test_a_process_that_starts_after_its_pair_was_stopped_is_stopped_at_once(
+    server: Server, tree: Path
+) -> None:
+    """Ctrl-C while a pair's process still waited for the server (importing torch): the
+    process the server then forks is stopped as it starts, and nothing is left waiting."""
+    (tree / "tree" / "waits.py").write_text(
+        "import time\nprint('up', flush=True)\ntime.sleep(60)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tree / "tree")}
+    turn = reruns.Turn()
+    turn.stop()
+    with server.popen([sys.executable, "-m", "waits"], cwd=tree, env=env) as child:
+        turn.started(child)
+        _, err = child.communicate()
+    assert child.returncode in (-signal.SIGINT, -signal.SIGKILL), err
+    turn.close()
 
 
 def test_a_tree_with_a_module_of_the_servers_own_is_refused(tree: Path) -> None:

@@ -108,7 +108,8 @@ def test_the_rule_the_summary_states_is_built_from_the_values_the_judge_uses(
         [
             "hpml: each side's time is its best process's fastest sample (up to 3 processes a "
             "side; *"
-            "steady processes (within 10% of its best) *beyond chance at 5%, one-sided, and "
+            "steady processes (within 10% of its best; *) puts it beyond chance at 5%, "
+            "one-sided, and "
             "the middle pair of processes saw it too; *"
         ]
     )
@@ -116,8 +117,9 @@ def test_the_rule_the_summary_states_is_built_from_the_values_the_judge_uses(
     result = repo.run("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=5", "-k", "timed")
     result.stdout.fnmatch_lines(
         [
-            "*steady processes (within 20% of its best)*5% shared by 2 looks (after 3 and 5 "
-            "pairs: 0.025 each), one-sided*"
+            "*steady processes (within 20% of its best; with fewer than 2 a side, a t test on "
+            "the pairs within 20% of the middle pair's change)*5% shared by 2 looks (after 3 "
+            "and 5 pairs: 0.025 each), one-sided*"
         ]
     )
 

@@ -422,6 +422,21 @@ def test_paired_time_is_judged_on_each_process_fastest_sample() -> None:
     assert result.sides["base"] == tuple(float(f"{min(b['samples']):.6g}") for _, b in pairs)
 
 
+def test_pairs_at_two_speeds_are_judged_on_the_steady_pairs() -> None:
+    """One of five pairs ran 30% faster on both sides at once (the host, Note [Steady pairs]):
+    no process is within 10% of its side's best but the fast pair's, and the 15% slower head
+    is judged on the pairs; the sides shown are those pairs' geometric means, not the best."""
+    speeds = [1.0, 0.7, 1.0, 1.0, 1.02]
+    pairs = [(process(1.15 * v, seed=i), process(v, seed=50 + i)) for i, v in enumerate(speeds)]
+    result = judge_paired(pairs[0][0], pairs, threshold=0.06)
+    assert result.verdict == stats.REGRESSED
+    assert "too few: judged on the pairs, 5 of 5" in result.reason
+    assert result.change == pytest.approx(0.15, abs=0.03)
+    fastest = [(min(h["samples"]), min(b["samples"])) for h, b in pairs]
+    means = [math.exp(sum(math.log(p[i]) for p in fastest) / 5) for i in (0, 1)]
+    assert (result.current, result.baseline) == pytest.approx(means)
+
+
 def test_a_slow_stretch_within_a_process_does_not_move_its_fastest_sample() -> None:
     """Half of one base process's samples 3x slower (a neighbour took its core): its median
     moves, its fastest sample does not, and the unchanged head passes."""
@@ -550,13 +565,30 @@ def test_a_change_every_pair_saw_is_no_split_however_the_processes_spread() -> N
     assert "disagree" not in result.reason
 
 
-def test_with_one_steady_process_a_side_all_processes_are_judged() -> None:
-    """Processes that differ more than spells explain (a pure-Python step's differed by up to
-    18%): all of them are judged, so a large change is still seen and a small one is not."""
+def test_with_one_steady_process_a_side_the_steady_pairs_are_judged() -> None:
+    """Processes that differ more than spells explain (whole pairs at another speed): the pairs
+    whose change lies within 10% of the middle pair's are judged (Note [Steady pairs]). A change
+    each pair saw stands, however far the sides' processes spread; a pair that alone saw a
+    large change is left out; pairs that disagree leave it inconclusive."""
     result = stats.compare_sides([4.0, 4.6, 4.4], [1.0, 1.15, 1.12], threshold=0.06)
     assert result.verdict == stats.REGRESSED
-    assert "steady processes: head 2, base 1 (too few: all processes)" in result.reason
+    assert "steady processes: head 2, base 1 (too few: judged on the pairs, 3 of 3" in (
+        result.reason
+    )
+    # +8% in each pair, the sides' processes 25% apart: Welch's test on all of them saw nothing
     result = stats.compare_sides([1.08, 1.25, 1.2], [1.0, 1.15, 1.12], threshold=0.06)
+    assert result.verdict == stats.REGRESSED
+    assert result.change == pytest.approx(0.0794, abs=1e-3)
+    assert (result.current, result.baseline) == pytest.approx((1.1745, 1.088), abs=1e-3)
+    # unchanged, measured on a host whose pairs ran at two speeds; one pair saw -35%
+    base = [10.8, 10.6, 10.3, 11.5, 11.0, 11.3, 10.7]
+    head = [11.0, 11.2, 10.8, 6.67, 11.2, 11.0, 10.7]
+    result = stats.compare_sides(head, base, threshold=0.06, looks=3)
+    assert result.verdict == stats.PASS
+    assert "6 of 7 within 10% of the middle pair's change" in result.reason
+    assert abs(result.change) < 0.06
+    # the pairs themselves spread: +2%, +30%, -20%
+    result = stats.compare_sides([1.02, 1.3, 0.8], [1.0, 1.0, 1.0], threshold=0.06)
     assert result.verdict == stats.INCONCLUSIVE
 
 

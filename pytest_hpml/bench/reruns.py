@@ -132,6 +132,8 @@ def ask(
     forked = server if server and not wrapper and python == server.python else None
     if forked is not None and not forked.ready():  # it could not import torch: start afresh
         forked = None
+    if turn is not None and turn.ended:  # stopped while it waited for the fork server
+        return subprocess.CompletedProcess([python], -signal.SIGINT, "", "not started"), None
     handle, name = tempfile.mkstemp(prefix=RERUN_PREFIX, suffix=".json")
     try:
         wanted = {
@@ -222,14 +224,18 @@ class Turn:
         go, self._go = os.pipe()
         self.child_ends: tuple[int, ...] = (ready, go)  # the process's ends, passed by number
         self.child: Process | None = None
+        self.ended = False  # stopped or closed: a process that starts now is stopped at once
 
     def started(self, child: Process) -> None:
         """The process runs: its ends are its own now (and an end it closes, by ending, shows
-        here as the end of the pipe)."""
-        self.child = child
+        here as the end of the pipe). One that started after :meth:`stop` or :meth:`close`
+        (it waited for the fork server) is stopped at once."""
+        self.child = child  # before reading ``ended``: stop() sets it before reading ``child``
         for end in self.child_ends:
             os.close(end)
         self.child_ends = ()
+        if self.ended:
+            _stop(child)
 
     def said(self, ended: Callable[[], bool]) -> bytes:
         """What the process says next: :data:`READY`, :data:`MEASURED`, or ``b""`` once it
@@ -254,11 +260,13 @@ class Turn:
 
     def stop(self) -> None:
         """Ctrl-C: stop the process, as :func:`ask` would."""
+        self.ended = True
         if self.child is not None:
             _stop(self.child)
 
     def close(self) -> None:
         """Close the controller's ends: a process still waiting then goes on at once."""
+        self.ended = True
         for end in (self._ready, self._go, *self.child_ends):
             _close(end)
         self._ready = self._go = -1

@@ -109,7 +109,8 @@ def legend(against: bool) -> str:
     if against:
         return (
             "columns: baseline and current are the base's and the head's value as judged: a "
-            "time or rate, each side's best process's fastest sample; a speed-up, the geometric "
+            "time or rate, each side's best process's fastest sample (judged on the pairs, the "
+            "geometric mean of their processes' fastest samples); a speed-up, the geometric "
             "mean of each side's processes' medians; a count, its middle value; change is "
             "current / baseline - 1 (raw change the same: no reference workload here)"
         )

@@ -71,6 +71,8 @@ def judge_paired(
             *zip(*picked), threshold=threshold, higher_is_worse=worse, looks=looks
         )
         current, baseline = (pick(side) for side in zip(*picked))
+        if result.current is not None and result.baseline is not None:  # judged on the pairs
+            current, baseline = result.current, result.baseline
     sides = {
         name: tuple(float(f"{v:.6g}") for v in side)
         for name, side in zip(("head", "base"), zip(*picked))
@@ -127,9 +129,11 @@ def rule(processes: int, looks: Sequence[int], let_go: int = 0) -> str:
         f"each side's time is its best process's fastest sample (up to {processes} processes "
         f"a side; on the measuring thread's CPU clock where it ran {THREAD_SHARE:.0%} of the "
         f"time); a change beyond the threshold counts where Welch's t test on each side's "
-        f"steady processes (within {stats.STEADY - 1:.0%} of its best) puts it beyond chance "
-        f"at {shared}, and the middle pair of processes saw it too; a benchmark stops at a look "
-        f"once its change is beyond the threshold so, or its interval lies within it"
+        f"steady processes (within {stats.STEADY - 1:.0%} of its best; with fewer than 2 a "
+        f"side, a t test on the pairs within {stats.STEADY - 1:.0%} of the middle pair's "
+        f"change) puts it beyond chance at {shared}, and the middle pair of processes saw it "
+        f"too; a benchmark stops at a look once its change is beyond the threshold so, or its "
+        "interval lies within it"
         + (
             f", or (a pass; {let_go} here) once its interval, narrowed as the cap's pairs would "
             "narrow it, still would not"

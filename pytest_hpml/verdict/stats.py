@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 PASS = "pass"
@@ -385,8 +385,7 @@ def compare_sides(
     change = best[0] / best[1] - 1 if higher_is_worse else best[1] / best[0] - 1
     counts = f"steady processes: head {len(steady[0])}, base {len(steady[1])}"
     if min(len(s) for s in steady) < 2:  # the processes differ more than spells explain
-        steady = [[math.log(c) for c in side] for side in costs]
-        counts += " (too few: all processes)"
+        return _steady_pairs(head, base, counts, threshold, higher_is_worse, alpha, looks)
     per_look = alpha / looks
     p_slower, low, high, degrees = _welch(*steady, per_look)
     reason = (
@@ -421,6 +420,36 @@ def compare_sides(
         interval=interval,
         degrees=degrees,
     )
+
+
+def _steady_pairs(
+    head: Sequence[float],
+    base: Sequence[float],
+    counts: str,
+    threshold: float,
+    higher_is_worse: bool,
+    alpha: float,
+    looks: int,
+) -> Comparison:
+    """Judge on the pairs where a side has fewer than 2 steady processes (Note [Steady
+    pairs]): the pairs whose head-to-base ratio lies within :data:`STEADY` of the middle pair's,
+    by :func:`compare_pairs`; their geometric means stand for the sides."""
+    pairs = [(h, b) for h, b in zip(head, base) if h > 0 and b > 0]
+    middle = median([math.log(h / b) for h, b in pairs])
+    kept = [(h, b) for h, b in pairs if abs(math.log(h / b) - middle) <= math.log(STEADY)]
+    result = compare_pairs(
+        [h / b for h, b in kept],
+        threshold=threshold,
+        higher_is_worse=higher_is_worse,
+        alpha=alpha,
+        looks=looks,
+    )
+    steady = f"{len(kept)} of {len(pairs)} within {STEADY - 1:.0%} of the middle pair's change"
+    reason = f"{counts} (too few: judged on the pairs, {steady}); {result.reason}"
+    if len(kept) < 2:
+        return replace(result, reason=reason)
+    means = [math.exp(sum(math.log(p[i]) for p in kept) / len(kept)) for i in (0, 1)]
+    return replace(result, reason=reason, current=means[0], baseline=means[1])
 
 
 def _split(costs: list[list[float]], change: float, threshold: float, higher_is_worse: bool) -> str:
