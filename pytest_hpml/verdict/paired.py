@@ -65,7 +65,7 @@ def judge_paired(
         )
         # geometric means: their ratio is the pairs' geometric mean, the change judged
         kept = [(h, b) for h, b in picked if h > 0 and b > 0] or [(math.nan, math.nan)]
-        current, baseline = (_geometric_mean(side) for side in zip(*kept))
+        current, baseline = (stats.geometric_mean(side) for side in zip(*kept))
     else:  # each side by its best process, judged on its steady ones (Note [Steady processes])
         result = stats.compare_sides(
             *zip(*picked), threshold=threshold, higher_is_worse=worse, looks=looks
@@ -164,12 +164,6 @@ def _thread_bound(record: Mapping[str, Any]) -> bool:
     if metrics.per_second(record):  # a rate: work per second, on each clock
         wall, cpu = cpu, wall
     return max((c / w for w, c in zip(wall, cpu) if w > 0), default=0.0) >= THREAD_SHARE
-
-
-def _geometric_mean(values: Sequence[float]) -> float | None:
-    if any(not v > 0 for v in values):  # nan: no pair both sides measured
-        return None
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def _whole(value: float) -> str:

@@ -38,6 +38,14 @@ def median(values: Sequence[float]) -> float:
     return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+def geometric_mean(values: Sequence[float]) -> float | None:
+    """The geometric mean of positive ``values``; None where one is not (nan: no pair both
+    sides measured)."""
+    if any(not v > 0 for v in values):
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
 def quantile(values: Sequence[float], q: float) -> float:
     """Linear-interpolated quantile, ``q`` in [0, 1]."""
     ordered = sorted(values)
@@ -448,8 +456,8 @@ def _steady_pairs(
     reason = f"{counts} (too few: judged on the pairs, {steady}); {result.reason}"
     if len(kept) < 2:
         return replace(result, reason=reason)
-    means = [math.exp(sum(math.log(p[i]) for p in kept) / len(kept)) for i in (0, 1)]
-    return replace(result, reason=reason, current=means[0], baseline=means[1])
+    current, baseline = (geometric_mean(side) for side in zip(*kept))
+    return replace(result, reason=reason, current=current, baseline=baseline)
 
 
 def _split(costs: list[list[float]], change: float, threshold: float, higher_is_worse: bool) -> str:
