@@ -445,6 +445,9 @@ def _steady_pairs(
     pairs = [(h, b) for h, b in zip(head, base) if h > 0 and b > 0]
     middle = median([math.log(h / b) for h, b in pairs])
     kept = [(h, b) for h, b in pairs if abs(math.log(h / b) - middle) <= math.log(STEADY)]
+    steady = f"{len(kept)} of {len(pairs)} within {STEADY - 1:.0%} of the middle pair's change"
+    if len(kept) < 2:  # the pairs spread too (two that differ by 20%): all of them are judged
+        kept, steady = pairs, f"{steady}, so all {len(pairs)}"
     result = compare_pairs(
         [h / b for h, b in kept],
         threshold=threshold,
@@ -452,10 +455,7 @@ def _steady_pairs(
         alpha=alpha,
         looks=looks,
     )
-    steady = f"{len(kept)} of {len(pairs)} within {STEADY - 1:.0%} of the middle pair's change"
     reason = f"{counts} (too few: judged on the pairs, {steady}); {result.reason}"
-    if len(kept) < 2:
-        return replace(result, reason=reason)
     current, baseline = (geometric_mean(side) for side in zip(*kept))
     return replace(result, reason=reason, current=current, baseline=baseline)
 
