@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import BENCH_TIME, TIMES_UNJUDGED, committed, git, interruptible
+from tests.test_processes import still_running
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -276,6 +277,50 @@ def test_the_processes_of_a_pair_start_together_and_measure_in_turn(
         assert max(c[3], d[3]) < min(c[4][0][0], d[4][0][0]), runs  # and set it up together
         for one, other in ((a, b), (c, d)):  # and warmed it up, each before either measured
             assert max(one[5][-1][1], other[5][-1][1]) <= min(one[4][0][0], other[4][0][0])
+
+
+# A distributed benchmark whose ranks each write when they began and ended it, and which
+# process started them.
+RANKS = """
+import json
+import os
+import time
+
+import pytest
+import torch
+
+
+@pytest.mark.distributed(world_size=2)
+def test_ranks(rank, benchmark):
+    x = torch.randn(64, 64)
+    began = time.time()
+    benchmark(lambda: x @ x)
+    with open(os.environ["TIMELINE"], "a") as out:
+        out.write(json.dumps([os.getppid(), began, time.time()]) + "\\n")
+"""
+
+
+def test_the_ranks_of_a_distributed_benchmark_measure_in_their_sides_turn(
+    repo: Project, tmp_path: Path
+) -> None:
+    """Ranks cannot pass a turn slice by slice: the process of a pair that starts them holds
+    its turn until they have ended, so that no two processes' ranks measure at once (Note
+    [Slices])."""
+    timeline = tmp_path / "timeline.txt"
+    repo.monkeypatch.setenv("TIMELINE", str(timeline))
+    committed(repo, test_inner=RANKS)
+    result = repo.run_subprocess(
+        "--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=2", TIMES_UNJUDGED
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    spans: dict[int, list[float]] = {}  # by the process that started the ranks
+    for parent, began, ended in map(json.loads, timeline.read_text().splitlines()):
+        low, high = spans.setdefault(parent, [began, ended])
+        spans[parent] = [min(low, began), max(high, ended)]
+    assert len(spans) == 5, spans  # the session's ranks, and each process's of 2 pairs
+    ordered = sorted(spans.values())
+    for (_, ended), (began, _) in zip(ordered, ordered[1:]):
+        assert ended <= began, ordered
 
 
 # A benchmark, then a test that waits, in the session itself, until both processes of the first
@@ -544,8 +589,7 @@ def test_ctrl_c_while_the_sides_measure_leaves_no_worktree(repo: Project, tmp_pa
         inner.kill()
     assert inner.returncode == pytest.ExitCode.INTERRUPTED, output
     assert "KeyboardInterrupt" in output
-    assert not _alive(pid)
-    assert not _alive(parent)
+    assert still_running([pid, parent]) == []
     assert left_in(scratch) == []
     assert worktrees(repo.path) == [str(repo.path)]
 
@@ -563,11 +607,3 @@ def _wait_for(inner: subprocess.Popen[str], scratch: Path, seconds: float = 120)
             return pid, parent
         time.sleep(0.1)
     raise AssertionError(f"no measuring process started: {inner.communicate()[0]}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +18,7 @@ import pytest
 from pytest_hpml.bench import reruns
 from pytest_hpml.bench.forkserver import Server
 from tests.conftest import BENCH_TIME, committed
+from tests.test_processes import still_running
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -159,8 +159,7 @@ def test_the_servers_processes_end_with_it(server: Server, tree: Path) -> None:
         server.close()
         child.communicate()
     assert child.returncode == -signal.SIGKILL
-    assert not _alive(child.pid)
-    assert not _alive(server.pid)
+    assert still_running([child.pid, server.pid]) == []
 
 
 def _line(fd: int) -> bytes:
@@ -169,17 +168,6 @@ def _line(fd: int) -> bytes:
     while not read.endswith(b"\n"):
         read += os.read(fd, 1) or b"\n"
     return read
-
-
-def _alive(pid: int) -> bool:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 # Head against base with tests that import torch: each process records whether torch was

@@ -430,7 +430,12 @@ class Rerun:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Any:
         """A test that took a turn gives it back once it, and its teardown, ended; then waits
-        until the other process of the pair has measured the same."""
+        until the other process of the pair has measured the same. A test run in ranks of its
+        own takes the turn before they start and holds it until they end: they measure
+        without passing it, and the other process's ranks would measure beside them (Note
+        [Slices])."""
+        if item.get_closest_marker("distributed") is not None:
+            self.take_turn()
         try:
             return (yield)
         finally:
