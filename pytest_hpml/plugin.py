@@ -180,7 +180,7 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
     """Run a distributed test in ranks of its own and report it as one test (in an xdist
     worker holding GPUs, its ``SharedGpus`` plugin does this)."""
-    if item.get_closest_marker("distributed") is None:
+    if not markers.runs_in_ranks(item):
         return None
     if item.config.pluginmanager.has_plugin("hpml-gpu-share"):
         return None

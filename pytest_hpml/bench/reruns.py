@@ -434,7 +434,7 @@ class Rerun:
         own takes the turn before they start and holds it until they end: they measure
         without passing it, and the other process's ranks would measure beside them (Note
         [Slices])."""
-        if item.get_closest_marker("distributed") is not None:
+        if markers.runs_in_ranks(item):
             self.take_turn()
         try:
             return (yield)

@@ -294,6 +294,11 @@ def is_benchmark(item: pytest.Item) -> bool:
     return "benchmark" in getattr(item, "fixturenames", ())
 
 
+def runs_in_ranks(item: pytest.Item) -> bool:
+    """Whether ``item`` runs in ranks of its own: it is marked ``@pytest.mark.distributed``."""
+    return item.get_closest_marker("distributed") is not None
+
+
 def gpu_skip_reason(req: GpuRequirement, hardware: Any) -> str | None:
     """Why the visible GPUs do not meet ``req``, or None when they do.
 
