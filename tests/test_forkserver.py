@@ -45,7 +45,13 @@ raise SystemExit(int(sys.argv[1]))
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    started = Server(["json"], [], dict(os.environ))
+    # Its processes get the SIGINT action it started with: the default, even in a run started
+    # with SIGINT ignored (a shell's background job), which a handler here is not passed on as.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        started = Server(["json"], [], dict(os.environ))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     yield started
     started.close()
 

@@ -324,10 +324,17 @@ def test_a_rerun_takes_the_request_made_for_it_once_and_removes_it(
     assert rerun_request() == asked  # read once: every hook of the process gets the same
 
 
+# Not this process's parent, whichever that is (process 1, for a run left to init).
+NOT_THE_PARENT = os.getppid() + 1
+
+
 @pytest.mark.parametrize(
     ("fields", "said"),
     [
-        ({"parent": 1}, "was made for a process that process 1 starts; this one's parent is"),
+        (
+            {"parent": NOT_THE_PARENT},
+            f"was made for a process that process {NOT_THE_PARENT} starts; this one's parent is",
+        ),
         ({"format": "pytest-hpml-report/1"}, 'is no pytest-hpml rerun request \\(its "format"'),
         ({"output": "/etc/hosts"}, "asks for the answer in another file \\('/etc/hosts'\\)"),
         ({"tests": "test_inner.py"}, "tests is not a list of test ids"),
