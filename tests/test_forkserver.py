@@ -176,14 +176,15 @@ def _line(fd: int) -> bytes:
     return read
 
 
-# Head against base with tests that import torch: each process records whether torch was
-# imported before its test module imported it, its parent, and where it found the code.
+# Head against base with tests that import torch: each process records whether torch
+# and torch._dynamo were imported before its test module imported them, its parent, and where it
+# found the code.
 SEEN = """
 import json
 import os
 import sys
 
-PRELOADED = "torch" in sys.modules
+PRELOADED = ["torch" in sys.modules, "torch._dynamo" in sys.modules]
 import torch
 
 from work import work
@@ -220,7 +221,8 @@ def test_the_pairs_processes_are_forked_with_torch_imported_and_each_sides_code(
     assert len(runs) == 6  # 3 pairs of 2
     assert {started for started, _, _, _, _ in runs} == {"-c"}  # the server, not pytest
     assert len({parent for _, parent, _, _, _ in runs}) == 1  # one server for both sides
-    assert all(preloaded for _, _, preloaded, _, _ in runs)
+    # torch and what its optimizers import (torch._dynamo) came with the fork
+    assert all(preloaded == [True, True] for _, _, preloaded, _, _ in runs)
     head = [where for _, _, _, cwd, where in runs if cwd == str(repo.path)]
     base = [where for _, _, _, cwd, where in runs if cwd != str(repo.path)]
     assert head == [str(repo.path)] * 3  # the head's code, from the working tree
