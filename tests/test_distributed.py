@@ -92,6 +92,34 @@ def test_each_rank_runs_the_test_with_the_process_group_up(project: Project) -> 
     assert os.getpid() not in {r["pid"] for r in records}
 
 
+# A test module that notes which processes imported it.
+IMPORTED = """
+import os
+from pathlib import Path
+
+with open(Path(__file__).with_name("imported.txt"), "a") as out:
+    out.write(f"{os.getpid()} {__name__}\\n")
+
+
+def test_plain():
+    pass
+"""
+
+
+def test_a_spawned_rank_collects_only_the_file_of_its_test(project: Project) -> None:
+    """The other test modules, beside it and in other directories, are imported by the
+    process that spawned the ranks only."""
+    _project(project, RANKS)
+    project.pytester.makepyfile(test_beside=IMPORTED)
+    (project.path / "deeper").mkdir()
+    (project.path / "deeper" / "test_deeper.py").write_text(IMPORTED)
+    result = project.run_subprocess()
+    result.assert_outcomes(passed=3)
+    assert len({r["pid"] for r in project.records()}) == 2  # the ranks ran
+    for imported in (project.path / "imported.txt", project.path / "deeper" / "imported.txt"):
+        assert len(imported.read_text().splitlines()) == 1, imported.read_text()
+
+
 def test_a_rank_that_raises_fails_the_test_promptly_with_its_traceback(project: Project) -> None:
     out = _fails_alone(
         project,

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Union
 import pytest
 
 from ..config import markers
-from ..config.invocation import child_args, keep_only
+from ..config.invocation import child_args, files_of, holds_none, keep_only
 from ..config.progress import Progress, plural
 from ..config.role import RERUN_ENV, RERUN_FORMAT, RERUN_PREFIX, die_with_parent, measuring_threads
 from ..storage.reader import Unreadable, read_json
@@ -402,9 +402,7 @@ class Rerun:
         self.failed: dict[str, str] = {}  # test id -> what failed
         self.benchmarks: list[str] = []  # every benchmark test collected, wanted or not
         # the files of the tests asked for, where only those are collected
-        self.files = (
-            {test.split("::", 1)[0] for test in self.tests} if request.get(NARROW_KEY) else None
-        )
+        self.files = files_of(self.tests) if request.get(NARROW_KEY) else None
         self.turn: list[int] | None = request.get(TURN_KEY)
         self.holding = False  # the test running took its turn (Turn)
 
@@ -457,14 +455,7 @@ class Rerun:
         (Note [Cheaper processes])."""
         if self.files is None:
             return None
-        try:
-            where = collection_path.resolve().relative_to(config.rootpath.resolve()).as_posix()
-        except ValueError:  # outside the rootdir: its node ids do not start from there
-            return None
-        if where == "." or where in self.files:
-            return None
-        inside = any(file.startswith(f"{where}/") for file in self.files)
-        return None if inside else True
+        return holds_none(collection_path, config, self.files)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(

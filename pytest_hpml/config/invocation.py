@@ -3,6 +3,9 @@ selection of only the tests it was started for."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from pathlib import Path
+
 import pytest
 
 # Options a rerun process must not repeat: they write files of the first process or schedule
@@ -56,3 +59,21 @@ def keep_only(config: pytest.Config, items: list[pytest.Item], tests: set[str]) 
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if item.nodeid in tests]
+
+
+def files_of(tests: Collection[str]) -> set[str]:
+    """The files that hold ``tests`` (node ids), as their ids name them."""
+    return {test.split("::", 1)[0] for test in tests}
+
+
+def holds_none(collection_path: Path, config: pytest.Config, files: Collection[str]) -> bool | None:
+    """For ``pytest_ignore_collect``: True for a file or directory that holds none of ``files``
+    (:func:`files_of`), so that it is not collected; None (pytest decides) for the others."""
+    try:
+        where = collection_path.resolve().relative_to(config.rootpath.resolve()).as_posix()
+    except ValueError:  # outside the rootdir: its node ids do not start from there
+        return None
+    if where == "." or where in files:
+        return None
+    inside = any(file.startswith(f"{where}/") for file in files)
+    return None if inside else True

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from .. import _compat
-from ..config.invocation import keep_only
+from ..config.invocation import files_of, holds_none, keep_only
 from ..config.role import (
     RENDEZVOUS_ENV,
     Launch,
@@ -74,6 +74,15 @@ class Rank:
             reporter = session.config.pluginmanager.get_plugin("terminalreporter")
             if reporter is not None:
                 session.config.pluginmanager.unregister(reporter)
+
+    @pytest.hookimpl
+    def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
+        """A spawned rank collects only the file of the test it was started for: importing
+        the other test modules (torchvision, nni, datasets) only delays the ranks' start
+        (Note [Cheaper processes])."""
+        if not self.here.spawned:
+            return None
+        return holds_none(collection_path, config, files_of([os.environ[TEST_ENV]]))
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(
