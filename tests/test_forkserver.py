@@ -176,8 +176,8 @@ def _line(fd: int) -> bytes:
     return read
 
 
-# Head against base with tests that import torch: each process records whether torch
-# and torch._dynamo were imported before its test module imported them, its parent, and where it
+# Head against base with tests that import torch: each process records whether torch and
+# torch._dynamo were imported before its test module imported them, its parent, and where it
 # found the code.
 SEEN = """
 import json

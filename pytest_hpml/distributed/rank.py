@@ -63,6 +63,8 @@ class Rank:
         self.here = here
         self.reports: list[dict[str, Any]] = []
         self.exchange_group: Any = None
+        # a spawned rank's one file to collect (pytest_ignore_collect)
+        self.files = files_of([os.environ[TEST_ENV]]) if here.spawned else None
         if here.spawned:
             die_with_parent(int(os.environ.get(PARENT_ENV) or 0))
             self.stacks = _stacks_file()
@@ -80,9 +82,9 @@ class Rank:
         """A spawned rank collects only the file of the test it was started for: importing
         the other test modules (torchvision, nni, datasets) only delays the ranks' start
         (Note [Cheaper processes])."""
-        if not self.here.spawned:
+        if self.files is None:
             return None
-        return holds_none(collection_path, config, files_of([os.environ[TEST_ENV]]))
+        return holds_none(collection_path, config, self.files)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(
