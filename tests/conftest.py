@@ -24,6 +24,7 @@ import torch
 # was imported (meaningful only for runs in a subprocess, where nothing imported it before).
 INNER_CONFTEST = """
 import json
+import os
 import sys
 
 import pytest
@@ -41,6 +42,11 @@ def record(request):
 def pytest_sessionfinish(session):
     with (session.config.rootpath / "torch_imported.txt").open("a") as out:
         out.write(f"{'torch' in sys.modules}\\n")
+
+
+def pytest_terminal_summary(config):
+    with (config.rootpath / "summaries.txt").open("a") as out:
+        out.write(f"{os.getpid()}\\n")
 """
 
 # An inner test using every hpml fixture and recording what each one gave it.

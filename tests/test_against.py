@@ -174,12 +174,12 @@ def test_hopeless(benchmark):
 
 
 def test_settled_benchmarks_stop_and_the_others_run_to_the_cap(repo: Project) -> None:
-    """test_timed (4x the work) is settled at the first look; test_spread, whose processes
+    """test_timed (10x the work) is settled at the first look; test_spread, whose processes
     spread 9% on each side, is not, and the two pairs after it measure it alone, up to the cap
     of 5; test_hopeless spreads alike against a threshold of 6%, which 5 pairs would not
     settle either, and stops at the first look (Note [Adaptive pairs])."""
     committed(repo, test_inner=SPREAD)
-    repo.pytester.makepyfile(work=WORK.format(scale=4))
+    repo.pytester.makepyfile(work=WORK.format(scale=10))
     result = repo.run("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=5", "--hpml-report=r.json")
     report = json.loads((repo.path / "r.json").read_text())
     against, out = report["against"], result.stdout.str()

@@ -106,9 +106,12 @@ def test_plain():
 """
 
 
-def test_a_spawned_rank_collects_only_the_file_of_its_test(project: Project) -> None:
+def test_a_spawned_rank_collects_only_the_file_of_its_test_and_ends_before_its_summary(
+    project: Project,
+) -> None:
     """The other test modules, beside it and in other directories, are imported by the
-    process that spawned the ranks only."""
+    process that spawned the ranks only; and only that process runs its terminal summary
+    (Note [Cheaper processes])."""
     _project(project, RANKS)
     project.pytester.makepyfile(test_beside=IMPORTED)
     (project.path / "deeper").mkdir()
@@ -118,6 +121,7 @@ def test_a_spawned_rank_collects_only_the_file_of_its_test(project: Project) -> 
     assert len({r["pid"] for r in project.records()}) == 2  # the ranks ran
     for imported in (project.path / "imported.txt", project.path / "deeper" / "imported.txt"):
         assert len(imported.read_text().splitlines()) == 1, imported.read_text()
+    assert len((project.path / "summaries.txt").read_text().split()) == 1
 
 
 def test_a_rank_that_raises_fails_the_test_promptly_with_its_traceback(project: Project) -> None:

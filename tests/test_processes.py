@@ -252,13 +252,16 @@ ENDS = (
 def test_a_measuring_process_runs_every_exit_handler_and_skips_the_teardown(
     project: Project,
 ) -> None:
-    """Once its answer is written, a measuring process runs the exit handlers (the tests'
-    own too) and ends without freeing the modules one by one (Note [Cheaper processes])."""
+    """Once its answer is written, a measuring process skips its terminal summary, runs the
+    exit handlers (the tests' own too) and ends without freeing the modules one by one (Note
+    [Cheaper processes])."""
     project.write_tests(ENDS)
     result = project.bench("--hpml-baseline=update", "--hpml-record-processes=2")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     assert "processes" in project.stored("machine")[TEST]["time"]  # its answer was read
     assert ran(project, "ends.txt") == ["exit", "handler"]
+    assert len(ran(project, "torch_imported.txt")) == 2  # two sessions ended
+    assert ran(project, "summaries.txt") == [str(os.getpid())]  # this run's, in this process
 
 
 def measuring_in_two(

@@ -36,7 +36,14 @@ import pytest
 from ..config import markers
 from ..config.invocation import child_args, files_of, holds_none, keep_only
 from ..config.progress import Progress, plural
-from ..config.role import RERUN_ENV, RERUN_FORMAT, RERUN_PREFIX, die_with_parent, measuring_threads
+from ..config.role import (
+    RERUN_ENV,
+    RERUN_FORMAT,
+    RERUN_PREFIX,
+    die_with_parent,
+    end_before_summary,
+    measuring_threads,
+)
 from ..storage.reader import Unreadable, read_json
 from .metrics import is_sampled
 
@@ -492,6 +499,11 @@ class Rerun:
         }
         Path(self.output).write_text(json.dumps(document), encoding="utf-8")
         _ENDING["status"] = int(session.exitstatus)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_terminal_summary(self, exitstatus: int) -> None:
+        """The answer is written (:meth:`pytest_sessionfinish`): end before the summary."""
+        end_before_summary(exitstatus)
 
 
 # A rerun process's exit status, once its session has ended (:func:`end_quickly`).

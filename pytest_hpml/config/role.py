@@ -285,6 +285,14 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)  # the parent ended before the line above took effect
 
 
+def end_before_summary(exitstatus: int) -> None:
+    """From ``pytest_terminal_summary``: end a process that a run started for its own use
+    (a rerun, a spawned rank), whose session has ended and has written all it tells its
+    parent. No one reads its summary, and a plugin's can cost (Note [Cheaper processes]). The
+    plugins' ``pytest_unconfigure`` and the exit handlers still run."""
+    pytest.exit("ended before its terminal summary, which no one reads", returncode=exitstatus)
+
+
 def role(config: pytest.Config) -> Role:
     """The one answer to "what is this process?"."""
     here = launch(config)

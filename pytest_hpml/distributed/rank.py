@@ -38,6 +38,7 @@ from ..config.role import (
     Launch,
     backend_source,
     die_with_parent,
+    end_before_summary,
     missing_backend,
     settings,
 )
@@ -155,6 +156,12 @@ class Rank:
         scratch = path.with_suffix(".tmp")
         scratch.write_text(json.dumps(self.reports), encoding="utf-8")
         os.replace(scratch, path)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_terminal_summary(self, exitstatus: int) -> None:
+        """A spawned rank has written every report: it ends before the summary."""
+        if self.here.spawned:
+            end_before_summary(exitstatus)
 
     @pytest.hookimpl
     def pytest_unconfigure(self, config: pytest.Config) -> None:
