@@ -131,11 +131,17 @@ def test_progress_lines_say_how_far_the_pairs_got_in_a_log(repo: Project) -> Non
     assert [line for line in quiet.outlines if "hpml: measuring" in line or " done (" in line] == []
 
 
-# Sleeps, so timed on the wall clock: one process in three of each side sleeps 9% longer (a
+# Sleeps, so timed on the wall clock: one process in three of each side sleeps 8% longer (a
 # process count kept in its tree), the first three and the first five of each side alike, so
 # that the processes of each side spread whatever the machine's load while their means agree.
-# Against a threshold of 10%, 3 pairs do not settle the change and 5 would; against 6%, not
-# even 5 would (Note [Adaptive pairs]).
+# Against a threshold of 8%, 3 pairs do not settle the change (its interval reaches about
+# 9.6% either side) and 5 would (6.4%); against 4%, not even 5 would (Note [Adaptive pairs]).
+# 8%, not more: a slower process must stay within 10% of its side's best (Note [Steady
+# processes]) however its sleeps fall, or the side is judged without it and the interval is not
+# the one planned. Sleeps of 20 ms: a wake-up's lateness (tens of microseconds) moved the
+# fastest sleep of 2 ms by 2%, as much as the room a hopeless change is let go in (half the
+# threshold). With 9% and 2 ms this test failed in 2 of 10 runs on the 2-core VM; as it is, in
+# none of 16, nor of 8 beside two CPU hogs.
 SPREAD = """
 import os
 import time
@@ -148,7 +154,7 @@ from work import SCALE, work
 COUNT = Path("processes.txt")
 SEEN = len(COUNT.read_text().split()) if COUNT.exists() else 0
 COUNT.write_text("x " * (SEEN + 1))
-PAUSE = 0.002 * (1.09 if SEEN % 3 == 1 else 1.0)
+PAUSE = 0.02 * (1.08 if SEEN % 3 == 1 else 1.0)
 
 
 def ran(name):
@@ -161,12 +167,13 @@ def test_timed(benchmark):
     benchmark(work)
 
 
-@pytest.mark.hpml_bench(threshold=0.1)
+@pytest.mark.hpml_bench(threshold=0.08)
 def test_spread(benchmark):
     ran("spread")
     benchmark(time.sleep, PAUSE)
 
 
+@pytest.mark.hpml_bench(threshold=0.04)
 def test_hopeless(benchmark):
     ran("hopeless")
     benchmark(time.sleep, PAUSE)
@@ -175,8 +182,8 @@ def test_hopeless(benchmark):
 
 def test_settled_benchmarks_stop_and_the_others_run_to_the_cap(repo: Project) -> None:
     """test_timed (10x the work) is settled at the first look; test_spread, whose processes
-    spread 9% on each side, is not, and the two pairs after it measure it alone, up to the cap
-    of 5; test_hopeless spreads alike against a threshold of 6%, which 5 pairs would not
+    spread 8% on each side, is not, and the two pairs after it measure it alone, up to the cap
+    of 5; test_hopeless spreads alike against a threshold of 4%, which 5 pairs would not
     settle either, and stops at the first look (Note [Adaptive pairs])."""
     committed(repo, test_inner=SPREAD)
     repo.pytester.makepyfile(work=WORK.format(scale=10))
@@ -189,9 +196,7 @@ def test_settled_benchmarks_stop_and_the_others_run_to_the_cap(repo: Project) ->
     assert verdicts["test_timed"] == "regressed", out
     hopeless = next(r for r in report["results"] if r["test"].endswith("::test_hopeless"))
     reason = hopeless["verdicts"]["time"]["reason"]
-    assert reason.endswith(
-        "not measured beyond 3 pairs: at this spread, 5 would not settle it either"
-    ), out
+    assert "not measured beyond 3 pairs: at this spread, 5 would not settle it either" in reason
     assert ", or (a pass; 1 here) once its interval, narrowed as the cap's pairs" in out
     processes: dict[str, set[str]] = {}
     for line in (repo.path / "ran.txt").read_text().splitlines():
