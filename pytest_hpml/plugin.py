@@ -285,7 +285,7 @@ class Collector:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """With --hpml-against, start the first pair while the tests run (Note [Cheaper
         processes])."""
-        if self.config.stash[options.SETTINGS_KEY].against and session.items:
+        if self.config.stash[options.SETTINGS_KEY].against:
             from .verdict.session import start_pairs
 
             start_pairs(self.config, session.items)

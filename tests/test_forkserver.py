@@ -154,6 +154,32 @@ def test_a_tree_with_a_module_of_the_servers_own_is_refused(tree: Path) -> None:
         server.close()
 
 
+def test_modules_asked_later_come_with_every_fork(server: Server, tree: Path) -> None:
+    """What :meth:`Server.load` asks (torchvision, once the collection imported it) is imported
+    before the first fork: a forked process starts with it, where a fresh one starts without."""
+    (tree / "tree" / "starts.py").write_text("import sys\nprint('csv' in sys.modules)\n")
+    env = {**os.environ, "PYTHONPATH": str(tree / "tree")}
+    command = [sys.executable, "-m", "starts"]
+    fresh = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
+    server.load(["json", "csv"])  # json it has: only csv is asked
+    assert server.modules == ["json", "csv"]
+    with server.popen(command, cwd=tree, env=env) as child:
+        out, err = child.communicate()
+    assert (fresh.stdout, out, child.returncode) == ("False\n", "True\n", 0), err
+
+
+def test_a_module_asked_later_that_the_tree_has_is_refused(tree: Path) -> None:
+    """The check of the first modules holds for those asked later: the server forks nothing."""
+    (tree / "tree" / "csv.py").write_text("")
+    server = Server(["json"], [tree / "tree"], dict(os.environ))
+    try:
+        server.load(["csv"])
+        assert not server.ready()
+        assert server.why == f"the tree has modules it imported: {tree / 'tree/csv.py'}"
+    finally:
+        server.close()
+
+
 def test_the_servers_processes_end_with_it(server: Server, tree: Path) -> None:
     (tree / "tree" / "waits.py").write_text(
         "import time\nprint('up', flush=True)\ntime.sleep(60)\n"
@@ -190,6 +216,26 @@ import torch
 from work import work
 
 
+def servers():  # this process's children that run python -c: the fork server
+    found = []
+    for stat in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{stat}/stat") as status:
+                parent = int(status.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{stat}/cmdline") as command:
+                started = command.read().split("\\0")[1:2]
+        except (OSError, ValueError):
+            continue
+        if parent == os.getpid() and started == ["-c"]:
+            found.append(int(stat))
+    return found
+
+
+if not os.environ.get("HPML_INTERNAL_RERUN"):  # the controller, collecting
+    with open(os.environ["SEEN"], "a") as out:
+        out.write(json.dumps(["collecting", servers()]) + "\\n")
+
+
 def test_timed(benchmark):
     if os.environ.get("HPML_INTERNAL_RERUN"):
         with open(os.environ["SEEN"], "a") as out:
@@ -217,10 +263,14 @@ def test_the_pairs_processes_are_forked_with_torch_imported_and_each_sides_code(
     verdicts = {test.split("::")[1]: v for (test, _), v in repo.verdicts(result).items()}
     assert verdicts == {"test_timed": "regressed"}
     assert "no fork server" not in result.stdout.str()
-    runs = [json.loads(line) for line in seen.read_text().splitlines()]
+    lines = [json.loads(line) for line in seen.read_text().splitlines()]
+    runs = [line for line in lines if line[0] != "collecting"]
+    # the server started when the collection began importing torch, not after it
+    [[_, collecting]] = [line for line in lines if line[0] == "collecting"]
+    assert len(collecting) == 1
     assert len(runs) == 6  # 3 pairs of 2
     assert {started for started, _, _, _, _ in runs} == {"-c"}  # the server, not pytest
-    assert len({parent for _, parent, _, _, _ in runs}) == 1  # one server for both sides
+    assert {parent for _, parent, _, _, _ in runs} == set(collecting)  # one for both sides
     # torch and what its optimizers import (torch._dynamo) came with the fork
     assert all(preloaded == [True, True] for _, _, preloaded, _, _ in runs)
     head = [where for _, _, _, cwd, where in runs if cwd == str(repo.path)]

@@ -30,6 +30,15 @@ MESSAGE = 1 << 16  # bytes an answer of the server may take
 PRELOADED = ("torch", "torch._dynamo", "torchvision")
 
 
+PACKAGES = tuple(dict.fromkeys(name.partition(".")[0] for name in PRELOADED))
+
+
+def importing(package: str) -> list[str]:
+    """The modules a server imports once this process starts importing ``package`` (one of
+    :data:`PACKAGES`): its own, and torch's, which each of them imports first."""
+    return [name for name in PRELOADED if name.partition(".")[0] in ("torch", package)]
+
+
 def preloaded() -> list[str]:
     """The modules a server would import: those of :data:`PRELOADED` whose package this
     process imported (torch for ``torch._dynamo``), and that this torch has."""
@@ -51,6 +60,9 @@ class Server:
         self._socket = ours
         self._lock = threading.Lock()
         self._ready: bool | None = None  # not yet known
+        self._loads = 0  # answers to :meth:`load` not yet read
+        self._ended = False
+        self.modules = list(modules)
         self.why = ""  # why it is not used, once known
         self._errors = tempfile.TemporaryFile()  # noqa: SIM115 - open as long as the server
         code = Path(__file__).with_name("forkserver_main.py").read_text(encoding="utf-8")
@@ -71,14 +83,31 @@ class Server:
         self.pid = self._process.pid
 
     def ready(self) -> bool:
-        """Whether it imported its modules and forks processes (waits for it the first time);
-        :attr:`why` says why not."""
+        """Whether it imported its modules and forks processes (waits for it the first time,
+        and for what :meth:`load` asked); :attr:`why` says why not."""
         with self._lock:
             if self._ready is None:
                 self._ready = self._answer()
-                if not self._ready:
-                    self._end()
+            while self._ready and self._loads:
+                self._loads -= 1
+                self._ready = self._answer()
+            if not self._ready:
+                self._end()
             return self._ready
+
+    def load(self, modules: Sequence[str]) -> None:
+        """Have it import ``modules`` too, those it has not, before it forks anything; asked
+        without waiting: :meth:`ready` reads its answer."""
+        more = [name for name in modules if name not in self.modules]
+        with self._lock:
+            if not more or self._ready is False:
+                return
+            try:
+                self._socket.send(json.dumps({"load": more}).encode())
+            except OSError:  # it ended: ready() says why
+                return
+            self._loads += 1
+            self.modules += more
 
     def _answer(self) -> bool:
         self._socket.settimeout(READY_TIMEOUT)
@@ -149,6 +178,9 @@ class Server:
             self._end()
 
     def _end(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
         self._socket.close()
         try:
             self._process.wait(5.0)

@@ -2,11 +2,13 @@
 ``python -c`` with this file's text: the standard library only, so that it imports nothing of
 either side's code, nor this plugin, which a side may bring in a version of its own.
 
-It imports the modules it is given (torch), says whether it could, and then forks one process
-for each request: the process becomes ``python -m pytest ARGS`` as a fresh interpreter started
-in the request's directory and environment would be, with its output and the descriptors it
-is given at the numbers the request names. Each process's exit status is written to the
-status pipe that came with its request.
+It imports the modules it is given (torch), says whether it could, and then answers each
+request. One that names more modules (torchvision, once the controller's collection imported
+it) it answers as it answered the first, once it has imported them. For any other it forks a
+process, which becomes ``python -m pytest ARGS`` as a fresh interpreter started in the
+request's directory and environment would be, with its output and the descriptors it is given
+at the numbers the request names. Each process's exit status is written to the status pipe
+that came with its request.
 """
 
 from __future__ import annotations
@@ -55,6 +57,13 @@ def main() -> None:
             if not message:  # the controller closed its end: the run is over
                 _end(children)
             request = json.loads(message)
+            if "load" in request:  # more modules, asked before the first fork
+                shadowed = _load(request["load"], entries)
+                sock.send(json.dumps({"ready": not shadowed, "shadowed": shadowed}).encode())
+                if shadowed:
+                    return
+                gc.freeze()
+                continue
             pid = os.fork()
             if pid == 0:
                 for end in (wake_r, wake_w):

@@ -124,6 +124,7 @@ class Against:
         # forks the pairs' processes (Note [Fork server])
         self._server: forkserver.Server | None = None
         self._server_tried = False
+        self._watches: list[Any] = []  # torch_state.OnImport: the server starts with torch's import
         self.directory = Path(tempfile.mkdtemp(prefix="pytest-hpml-base-"))
         try:
             _git(self.top, "worktree", "add", "--detach", "--quiet", str(self.directory), sha)
@@ -151,6 +152,7 @@ class Against:
         if self._early is not None:
             self._early.stop()
             self._early = None
+        self._unwatch()
         if self._server is not None:
             self._server.close()
         remove_worktree(self.top, self.directory)
@@ -271,7 +273,13 @@ class Against:
         """Start the first pair at the end of collection, on every benchmark collected: its
         processes import, collect, set the first benchmark up and warm it up while this session
         runs its tests, then wait on their turn pipes until :meth:`measure` gives them their
-        turns (Note [Cheaper processes])."""
+        turns (Note [Cheaper processes]). With no benchmark, no server is started for them
+        (one that torch's import started ends)."""
+        if not tests and not self._server_tried:
+            self._unwatch()
+            if self._server is not None:
+                self._server.close()
+                self._server = None
         if tests and self._early is None:
             self._start_server()
             order = (self.base, self.head)  # the first pair's, as in measure()
@@ -301,22 +309,65 @@ class Against:
         ]
         return _Started(order, list(tests), turns, pool, running)
 
+    def watch_imports(self) -> None:
+        """Start the fork server the moment this process starts importing torch (or
+        torchvision), where both sides run in this interpreter: it imports them while the
+        collection does, not after it (Note [Fork server])."""
+        if not self._forks():
+            return
+        from ..hardware.torch_state import OnImport
+
+        for package in forkserver.PACKAGES:
+            if package in sys.modules:  # a conftest imported it
+                self._importing(package)
+            else:
+                watch = OnImport(package, before=lambda p=package: self._importing(p))
+                self._watches.append(watch.watch())
+
+    def _importing(self, package: str) -> None:
+        if self._server_tried:  # the pairs have started: the server is what it is
+            return
+        if self._server is None:
+            with contextlib.suppress(OSError):  # no server: the pairs start fresh processes
+                self._server = self._new_server(forkserver.importing(package))
+        else:
+            self._server.load(forkserver.importing(package))
+
+    def _unwatch(self) -> None:
+        for watch in self._watches:
+            watch.remove()
+        self._watches.clear()
+
+    def _forks(self) -> bool:
+        """Whether a fork server can serve both sides: they run in this interpreter."""
+        return self.base.python == self.head.python == sys.executable
+
     def _start_server(self) -> None:
-        """Start the fork server once, where both sides run in this interpreter and the
-        collection imported torch (Note [Fork server]); its processes wait for it."""
+        """Before the first pair: keep the server started when torch's import began, with
+        what else the collection imported (torchvision), or start one now; none where the
+        collection did not import torch (Note [Fork server]). Its processes wait for it."""
         if self._server_tried:
             return
         self._server_tried = True
+        self._unwatch()
         modules = forkserver.preloaded()
-        if modules and self.base.python == self.head.python == sys.executable:
-            env = {**os.environ, **reruns.measuring_environment(self.config)}
-            here = Path(self.config.invocation_params.dir)
-            first = [
-                p
-                for side in (self.base, self.head)
-                for p in (side.path(self.top, here), *self._first(side))
-            ]
-            self._server = forkserver.Server(modules, first, env)
+        if self._server is not None and modules:
+            self._server.load(modules)
+        elif self._server is not None:  # torch's import began and failed, or never ran
+            self._server.close()
+            self._server = None
+        elif modules and self._forks():
+            self._server = self._new_server(modules)
+
+    def _new_server(self, modules: Sequence[str]) -> forkserver.Server:
+        env = {**os.environ, **reruns.measuring_environment(self.config)}
+        here = Path(self.config.invocation_params.dir)
+        first = [
+            p
+            for side in (self.base, self.head)
+            for p in (side.path(self.top, here), *self._first(side))
+        ]
+        return forkserver.Server(modules, first, env)
 
     def _finish(
         self, found: Pairs, started: _Started, before: Callable[[], None] | None = None
@@ -629,3 +680,4 @@ def prepare(config: pytest.Config, chosen: Any, launched: bool) -> None:
     against = Against(config, chosen.against, chosen.against_python, chosen.against_paths)
     config.stash[AGAINST_KEY] = against
     config.add_cleanup(against.remove)
+    against.watch_imports()

@@ -115,7 +115,7 @@ class TorchState:
         self.threads = threads
         self.seed = seed
         self._saved: list[Callable[[], None]] = []
-        self._hook: _AfterImport | None = None
+        self._hook: OnImport | None = None
 
     def start(self) -> None:
         self._save_python()
@@ -123,8 +123,7 @@ class TorchState:
         if torch is not None:
             self._apply(torch)
         else:  # the test imports torch itself: apply then, before its own settings
-            self._hook = _AfterImport("torch", self._imported)
-            sys.meta_path.insert(0, self._hook)
+            self._hook = OnImport("torch", self._imported).watch()
         seed_loaded(self.seed)  # torch too, where loaded
 
     def reseed(self) -> None:
@@ -189,23 +188,35 @@ def _deterministic(torch: ModuleType) -> tuple[bool, bool]:
     )
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Calls ``then(module)`` once the top-level module ``name`` has been imported, then
-    leaves ``sys.meta_path``. It finds nothing itself: it asks the finders after it for the
-    module's spec and wraps the loader's ``exec_module``."""
+class OnImport(importlib.abc.MetaPathFinder):
+    """Calls ``before()`` when the top-level module ``name`` starts being imported, and
+    ``then(module)`` once it has been, then leaves ``sys.meta_path``. It finds nothing itself:
+    for ``then`` it asks the finders after it for the module's spec and wraps the loader's
+    ``exec_module``."""
 
-    def __init__(self, name: str, then: Callable[[ModuleType], None]) -> None:
+    def __init__(
+        self,
+        name: str,
+        then: Callable[[ModuleType], None] | None = None,
+        *,
+        before: Callable[[], None] | None = None,
+    ) -> None:
         self.name = name
         self.then = then
+        self.before = before
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname != self.name:
             return None
         self.remove()  # one import, one call; and the other finders are asked without it
+        if self.before is not None:
+            self.before()
+        if self.then is None:
+            return None  # left to the import system as if this finder were not there
         spec = next(filter(None, (_spec(f, fullname, path, target) for f in sys.meta_path)), None)
         loader = getattr(spec, "loader", None)
         if loader is None or not hasattr(loader, "exec_module"):
-            return None  # left to the import system as if this finder were not there
+            return None
         run, then = loader.exec_module, self.then
 
         def exec_module(module: ModuleType) -> None:
@@ -214,6 +225,11 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
         loader.exec_module = exec_module  # this spec's own loader object, made for it
         return spec
+
+    def watch(self) -> OnImport:
+        """Put it first on ``sys.meta_path``."""
+        sys.meta_path.insert(0, self)
+        return self
 
     def remove(self) -> None:
         if self in sys.meta_path:

@@ -49,12 +49,13 @@ def pair_window(settings: Settings, benchmarks: int) -> float:
 
 def start_pairs(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
     """With --hpml-against, in the controller: start the first pair of processes on the
-    benchmarks collected, while this session runs its tests (Note [Cheaper processes])."""
+    benchmarks collected, while this session runs its tests (Note [Cheaper processes]); none
+    where it collected none."""
     from ..bench.sides import AGAINST_KEY
 
     against = config.stash.get(AGAINST_KEY, None)
     tests = [item.nodeid for item in items if markers.is_benchmark(item)]
-    if against is not None and tests and duty(config).against:
+    if against is not None and duty(config).against:
         against.start_early(tests, pair_window(settings(config), len(tests)))
 
 
