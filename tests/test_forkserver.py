@@ -180,6 +180,28 @@ def test_a_module_asked_later_that_the_tree_has_is_refused(tree: Path) -> None:
         server.close()
 
 
+def test_a_server_imports_pytest_with_torch_and_nothing_without_it() -> None:
+    """What a server imports follows what this process imported: nothing before torch (a
+    project whose tests never import it starts fresh processes), then pytest, which every
+    process imports, with torch and torch._dynamo, and torchvision once it is imported."""
+    code = (
+        "import json\n"
+        "import pytest\n"
+        "from pytest_hpml.bench import forkserver\n"
+        "found = [forkserver.preloaded()]\n"
+        "import torch\n"
+        "found.append(forkserver.preloaded())\n"
+        "import torchvision\n"
+        "found.append(forkserver.preloaded())\n"
+        "found.append(forkserver.importing('torchvision'))\n"
+        "print(json.dumps(found))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    torch = ["pytest", "torch", "torch._dynamo"]
+    assert json.loads(done.stdout) == [[], torch, [*torch, "torchvision"], [*torch, "torchvision"]]
+
+
 def test_the_servers_processes_end_with_it(server: Server, tree: Path) -> None:
     (tree / "tree" / "waits.py").write_text(
         "import time\nprint('up', flush=True)\ntime.sleep(60)\n"

@@ -26,27 +26,34 @@ READY_TIMEOUT = 300.0  # seconds the server may take to import torch (a cold dis
 MESSAGE = 1 << 16  # bytes an answer of the server may take
 # The modules the server imports, where the controller's collection imported their package:
 # the ones whose import a process of the pairs pays most for (Note [Fork server]). torch's own
-# torch._dynamo, which an optimizer's constructor imports, cost 1.6 s of every process.
-PRELOADED = ("torch", "torch._dynamo", "torchvision")
-
-
-PACKAGES = tuple(dict.fromkeys(name.partition(".")[0] for name in PRELOADED))
+# torch._dynamo, which an optimizer's constructor imports, cost 1.6 s of every process; pytest,
+# which every process imports, 0.14 s after torch.
+PRELOADED = ("pytest", "torch", "torch._dynamo", "torchvision")
+# The packages whose import starts a server (pytest comes with torch's: every process has it).
+PACKAGES = ("torch", "torchvision")
 
 
 def importing(package: str) -> list[str]:
     """The modules a server imports once this process starts importing ``package`` (one of
-    :data:`PACKAGES`): its own, and torch's, which each of them imports first."""
-    return [name for name in PRELOADED if name.partition(".")[0] in ("torch", package)]
+    :data:`PACKAGES`): its own, torch's, which each of them imports first, and pytest."""
+    return [name for name in PRELOADED if _top(name) in ("pytest", "torch", package)]
 
 
 def preloaded() -> list[str]:
-    """The modules a server would import: those of :data:`PRELOADED` whose package this
-    process imported (torch for ``torch._dynamo``), and that this torch has."""
+    """The modules a server would import: none where this process has not imported torch,
+    else those of :data:`PRELOADED` whose package it imported (torch for ``torch._dynamo``)
+    and that this torch has."""
+    if "torch" not in sys.modules:
+        return []
     return [
         name
         for name in PRELOADED
-        if name.partition(".")[0] in sys.modules and importlib.util.find_spec(name) is not None
+        if _top(name) in sys.modules and importlib.util.find_spec(name) is not None
     ]
+
+
+def _top(name: str) -> str:
+    return name.partition(".")[0]
 
 
 class Server:
