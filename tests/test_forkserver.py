@@ -224,21 +224,8 @@ def _line(fd: int) -> bytes:
     return read
 
 
-# Head against base with tests that import torch: each process records whether torch and
-# torch._dynamo were imported before its test module imported them, its parent, and where it
-# found the code.
-SEEN = """
-import json
-import os
-import sys
-
-PRELOADED = ["torch" in sys.modules, "torch._dynamo" in sys.modules]
-import torch
-
-from work import work
-
-
-def servers():  # this process's children that run python -c: the fork server
+# Collecting, the controller notes its fork servers: the children that run ``python -c``.
+SERVERS = """def servers():  # this process's children that run python -c: the fork server
     found = []
     for stat in os.listdir("/proc"):
         try:
@@ -256,6 +243,22 @@ def servers():  # this process's children that run python -c: the fork server
 if not os.environ.get("HPML_INTERNAL_RERUN"):  # the controller, collecting
     with open(os.environ["SEEN"], "a") as out:
         out.write(json.dumps(["collecting", servers()]) + "\\n")
+"""
+# Head against base with tests that import torch: each process records whether torch and
+# torch._dynamo were imported before its test module imported them, its parent, and where it
+# found the code.
+SEEN = (
+    """
+import json
+import os
+import sys
+
+PRELOADED = ["torch" in sys.modules, "torch._dynamo" in sys.modules]
+import torch
+
+from work import work
+
+{servers}
 
 
 def test_timed(benchmark):
@@ -268,7 +271,34 @@ def test_timed(benchmark):
             out.write(json.dumps(line) + "\\n")
     benchmark(work)
 """
+).replace("{servers}", SERVERS)
+
 WORK = "def work():\n    return sum(range({n}))\n"
+# A test module that looks for torch (``find_spec``) and never imports it: each process of the
+# pairs records its parent's way of starting and whether it has torch.
+LOOKS = (
+    """
+import importlib.util
+import json
+import os
+import sys
+
+importlib.util.find_spec("torch")
+
+from work import work
+
+{servers}
+
+
+def test_timed(benchmark):
+    if os.environ.get("HPML_INTERNAL_RERUN"):
+        with open(os.environ["SEEN"], "a") as out:
+            with open(f"/proc/{os.getppid()}/cmdline") as parent:
+                started = parent.read().split("\\0")[1]
+            out.write(json.dumps([started, "torch" in sys.modules]) + "\\n")
+    benchmark(work)
+"""
+).replace("{servers}", SERVERS)
 
 
 def test_the_pairs_processes_are_forked_with_torch_imported_and_each_sides_code(
@@ -300,3 +330,23 @@ def test_the_pairs_processes_are_forked_with_torch_imported_and_each_sides_code(
     assert head == [str(repo.path)] * 3  # the head's code, from the working tree
     assert len(base) == 3
     assert all("pytest-hpml-base-" in where for where in base)
+
+
+def test_a_server_started_by_a_look_for_torch_ends_where_the_collection_never_imported_it(
+    project: Project, tmp_path: Path
+) -> None:
+    """Looking for torch starts a server as its import would; at the end of collection,
+    without torch imported, it ends, and the pairs' processes start fresh, without torch.
+    (``-q``: the lines after collection, which describe the head side, import torch.)"""
+    seen = tmp_path / "seen.txt"
+    project.monkeypatch.setenv("SEEN", str(seen))
+    repo = committed(project, work=WORK.format(n=20_000), test_inner=LOOKS)
+    result = repo.run_subprocess("-q", "--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=3")
+    assert "no fork server" not in result.stdout.str()  # none was kept: nothing to explain
+    lines = [json.loads(line) for line in seen.read_text().splitlines()]
+    [[_, collecting]] = [line for line in lines if line[0] == "collecting"]
+    assert len(collecting) == 1  # started when the test module looked for torch
+    runs = [line for line in lines if line[0] != "collecting"]
+    assert len(runs) == 6, result.stdout.str()
+    assert all(started != "-c" and not torch for started, torch in runs), runs
+    assert still_running(collecting) == []
