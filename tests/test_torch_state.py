@@ -158,16 +158,18 @@ def test_processes_at_two_speeds_give_no_verdict(
     )
     (verdict,) = (r["verdicts"]["time"] for r in json.loads(report.read_text())["results"])
     assert min(verdict["sides"]["head"]) < 0.5 * min(verdict["sides"]["base"]), verdict
-    # the same code: never a change. At 5 pairs (2 fast head processes, steady) the pairs
-    # disagree; stopped at 3 (1 fast, too few steady) the pairs within 10% of the middle one
-    # settle a pass (Note [Steady pairs])
-    if (counters / "head").read_text() == "6":
-        assert verdict["verdict"] == "inconclusive", verdict
+    # the same code: never a change. At 5 pairs with both fast head processes steady the pairs
+    # disagree; where the head side has one steady process (stopped at 3, or the two fast
+    # ones more than 10% apart, as a busy machine left them), the pairs within 10% of the
+    # middle one settle a pass (Note [Steady pairs])
+    assert verdict["verdict"] in ("inconclusive", "pass"), verdict
+    if verdict["verdict"] == "inconclusive":
+        assert (counters / "head").read_text() == "6"
         assert verdict["confidence"] is None
         assert "the pairs of processes disagree (5 pairs: " in verdict["reason"], verdict
     else:
-        assert verdict["verdict"] == "pass", verdict
-        assert "judged on the pairs, 2 of 3 within 10%" in verdict["reason"], verdict
+        assert "steady processes: head 1, " in verdict["reason"], verdict
+        assert "within 10% of the middle pair's change" in verdict["reason"], verdict
     assert result.ret == pytest.ExitCode.OK
 
 
