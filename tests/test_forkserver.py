@@ -180,6 +180,87 @@ def test_a_module_asked_later_that_the_tree_has_is_refused(tree: Path) -> None:
         server.close()
 
 
+def test_libraries_come_with_every_fork_from_the_process_that_imported_them(
+    server: Server, tree: Path
+) -> None:
+    """The collection's libraries are imported in a process forked from the server, which then
+    forks in its place and ends with it; one that fails to import is left to the processes."""
+    (tree / "tree" / "starts.py").write_text("import sys\nprint('csv' in sys.modules)\n")
+    env = {**os.environ, "PYTHONPATH": str(tree / "tree")}
+    first = server.pid
+    server.libraries(["csv", "no_such_library"])
+    with server.popen([sys.executable, "-m", "starts"], cwd=tree, env=env) as child:
+        out, err = child.communicate()
+    assert (out, child.returncode, server.declined) == ("True\n", 0, ""), err
+    assert server.pid != first
+    server.close()
+    assert still_running([first, server.pid]) == []
+
+
+@pytest.mark.parametrize(
+    ("library", "declined"),
+    [
+        ("import threading\nthreading.Thread(target=input, daemon=True).start()\n", "thread"),
+        ("import os\nos._exit(3)\n", "ended with 3"),
+    ],
+    ids=["starts-a-thread", "ends-the-process"],
+)
+def test_libraries_the_server_cannot_keep_are_left_to_each_process(
+    tree: Path, library: str, declined: str
+) -> None:
+    """A library whose import starts a thread (a forked process would lack it) or ends the
+    process: the server forks on without it, from itself, and says why."""
+    (tree / "lib").mkdir()
+    (tree / "lib" / "lib_that_acts.py").write_text(library)
+    (tree / "tree" / "starts.py").write_text("import sys\nprint('lib_that_acts' in sys.modules)\n")
+    env = {**os.environ, "PYTHONPATH": str(tree / "lib")}
+    server = Server(["json"], [tree / "tree"], env)
+    try:
+        first = server.pid
+        server.libraries(["lib_that_acts"])
+        env["PYTHONPATH"] = str(tree / "tree")
+        with server.popen([sys.executable, "-m", "starts"], cwd=tree, env=env) as child:
+            out, err = child.communicate()
+        assert (out, child.returncode, server.pid) == ("False\n", 0, first), err
+        assert declined in server.declined
+    finally:
+        server.close()
+
+
+def test_a_library_that_the_tree_has_is_left_to_each_process(tree: Path) -> None:
+    """The check of the server's modules holds for the libraries: a side's tree with one of
+    them keeps its own, and the server forks on without any."""
+    (tree / "tree" / "csv.py").write_text("")
+    server = Server(["json"], [tree / "tree"], dict(os.environ))
+    try:
+        server.libraries(["csv"])
+        assert server.ready()
+        assert server.declined == f"the tree has modules they import: {tree / 'tree/csv.py'}"
+    finally:
+        server.close()
+
+
+def test_the_libraries_are_those_of_the_interpreters_directories(tmp_path: Path) -> None:
+    """Imported from the standard library or site-packages, in the order imported; never a
+    module of the tree or one of the packages to leave."""
+    code = (
+        "import json, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "import mine, imaplib, pytest\n"
+        "from pytest_hpml.bench import forkserver\n"
+        "print(json.dumps(forkserver.libraries({'pytest', '_pytest'})))\n"
+    )
+    (tmp_path / "mine.py").write_text("")
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found.index("json") < found.index("imaplib")
+    assert not {"mine", "pytest", "__main__"} & set(found)
+    assert not [name for name in found if name.startswith(("_pytest.", "pytest_hpml"))]
+
+
 def test_a_server_imports_pytest_with_torch_and_nothing_without_it() -> None:
     """What a server imports follows what this process imported: nothing before torch (a
     project whose tests never import it starts fresh processes), then pytest, which every
@@ -253,7 +334,8 @@ import json
 import os
 import sys
 
-PRELOADED = ["torch" in sys.modules, "torch._dynamo" in sys.modules]
+PRELOADED = ["torch" in sys.modules, "torch._dynamo" in sys.modules, "imaplib" in sys.modules]
+import imaplib  # a library none of torch, pytest or the plugins imports
 import torch
 
 from work import work
@@ -267,7 +349,9 @@ def test_timed(benchmark):
             where = os.path.dirname(sys.modules["work"].__file__)
             with open(f"/proc/{os.getppid()}/cmdline") as parent:
                 started = parent.read().split("\\0")[1]  # "-c" for the server, "-m" fresh
-            line = [started, os.getppid(), PRELOADED, os.getcwd(), where]
+            with open(f"/proc/{os.getppid()}/stat") as parent:
+                above = int(parent.read().rsplit(")", 1)[1].split()[1])
+            line = [started, [os.getppid(), above], PRELOADED, os.getcwd(), where]
             out.write(json.dumps(line) + "\\n")
     benchmark(work)
 """
@@ -322,9 +406,13 @@ def test_the_pairs_processes_are_forked_with_torch_imported_and_each_sides_code(
     assert len(collecting) == 1
     assert len(runs) == 6  # 3 pairs of 2
     assert {started for started, _, _, _, _ in runs} == {"-c"}  # the server, not pytest
-    assert {parent for _, parent, _, _, _ in runs} == set(collecting)  # one for both sides
-    # torch and what its optimizers import (torch._dynamo) came with the fork
-    assert all(preloaded == [True, True] for _, _, preloaded, _, _ in runs)
+    # one for both sides: the process that the server started collecting forked, once it had
+    # imported the collection's libraries
+    [(parent, above)] = {tuple(parents) for _, parents, _, _, _ in runs}
+    assert [above] == collecting
+    # torch, what its optimizers import (torch._dynamo) and the libraries came with the fork
+    assert all(preloaded == [True, True, True] for _, _, preloaded, _, _ in runs)
+    assert still_running([parent, above]) == []
     head = [where for _, _, _, cwd, where in runs if cwd == str(repo.path)]
     base = [where for _, _, _, cwd, where in runs if cwd != str(repo.path)]
     assert head == [str(repo.path)] * 3  # the head's code, from the working tree

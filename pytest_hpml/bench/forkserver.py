@@ -18,9 +18,10 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 READY_TIMEOUT = 300.0  # seconds the server may take to import torch (a cold disk)
 MESSAGE = 1 << 16  # bytes an answer of the server may take
@@ -52,6 +53,32 @@ def preloaded() -> list[str]:
     ]
 
 
+def libraries(leave: Collection[str] = ()) -> list[str]:
+    """The modules this process imported from the interpreter's own directories (the standard
+    library, site-packages), in the order it imported them, but for the packages named in
+    ``leave``: what a server imports besides torch (Note [Fork server]). A side's code lies
+    in its tree, which is none of these."""
+    where = _library_directories()
+    found = []
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if name in ("__main__", "__mp_main__") or _top(name) in leave or not isinstance(file, str):
+            continue
+        if os.path.realpath(file).startswith(where):
+            found.append(name)
+    return found
+
+
+def _library_directories() -> tuple[str, ...]:
+    import site
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    found = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+    found.update(site.getsitepackages())
+    return tuple(os.path.join(os.path.realpath(directory), "") for directory in found)
+
+
 def _top(name: str) -> str:
     return name.partition(".")[0]
 
@@ -71,6 +98,8 @@ class Server:
         self._ended = False
         self.modules = list(modules)
         self.why = ""  # why it is not used, once known
+        self.declined = ""  # why it did not keep the libraries it was given, if it did not
+        self._listed: Any = None  # the file naming them, kept until it ends
         self._errors = tempfile.TemporaryFile()  # noqa: SIM115 - open as long as the server
         code = Path(__file__).with_name("forkserver_main.py").read_text(encoding="utf-8")
         first = [os.path.abspath(entry) for entry in entries]
@@ -116,6 +145,24 @@ class Server:
             self._loads += 1
             self.modules += more
 
+    def libraries(self, modules: Sequence[str]) -> None:
+        """Have it import ``modules`` too, the libraries this process's collection imported,
+        before it forks anything; those it cannot keep it leaves to the processes, and
+        :attr:`declined` says why. Asked without waiting: :meth:`ready` reads its answer."""
+        with self._lock:
+            if not modules or self._ready is False or self._listed is not None:
+                return
+            self._listed = tempfile.NamedTemporaryFile(  # noqa: SIM115 - read by the server
+                "w", prefix="hpml-libraries-", suffix=".json", encoding="utf-8"
+            )
+            json.dump(list(modules), self._listed)
+            self._listed.flush()
+            try:
+                self._socket.send(json.dumps({"libraries": self._listed.name}).encode())
+            except OSError:  # it ended: ready() says why
+                return
+            self._loads += 1
+
     def _answer(self) -> bool:
         self._socket.settimeout(READY_TIMEOUT)
         try:
@@ -125,6 +172,10 @@ class Server:
         finally:
             self._socket.settimeout(None)
         if isinstance(answer, dict) and answer.get("ready"):
+            # the process that forks now (one forked from it, with the libraries): the parent
+            # each of its processes checks for and dies with
+            self.pid = answer.get("pid", self.pid)
+            self.declined = answer.get("libraries", self.declined)
             return True
         if isinstance(answer, dict):
             shadowed = ", ".join(answer.get("shadowed") or ["modules"])
@@ -189,6 +240,8 @@ class Server:
             return
         self._ended = True
         self._socket.close()
+        if self._listed is not None:
+            self._listed.close()
         try:
             self._process.wait(5.0)
         except subprocess.TimeoutExpired:

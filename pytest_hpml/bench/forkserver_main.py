@@ -4,7 +4,9 @@ either side's code, nor this plugin, which a side may bring in a version of its 
 
 It imports the modules it is given (torch), says whether it could, and then answers each
 request. One that names more modules (torchvision, once the controller's collection imported
-it) it answers as it answered the first, once it has imported them. For any other it forks a
+it) it answers as it answered the first, once it has imported them. One that names the
+collection's libraries it hands to a process forked from it, which imports them and serves in
+its place, or ends where it cannot keep them (then this one serves on). For any other it forks a
 process, which becomes ``python -m pytest ARGS`` as a fresh interpreter started in the
 request's directory and environment would be, with its output and the descriptors it is given
 at the numbers the request names. Each process's exit status is written to the status pipe
@@ -64,6 +66,10 @@ def main() -> None:
                     return
                 gc.freeze()
                 continue
+            if "libraries" in request:  # the collection's libraries, asked before the first fork
+                if _libraries(request["libraries"], entries, sock):
+                    gc.freeze()  # this is the process that serves now
+                continue
             pid = os.fork()
             if pid == 0:
                 for end in (wake_r, wake_w):
@@ -108,6 +114,54 @@ def _load(modules: list[str], entries: list[str]) -> list[str]:
             found += [os.path.join(entry, name + suffix) for suffix in suffixes]
             shadowed += [where for where in found if os.path.isfile(where)]
     return shadowed[:3]
+
+
+def _libraries(listed: str, entries: list[str], sock: socket.socket) -> bool:
+    """Import the libraries named in the file ``listed`` in a process forked from this one,
+    which serves in its place once it has them; True in that process. Where one of them
+    starts a thread (a forked process would not have it), lies in ``entries``, or the process
+    ends, this one serves on without them, and its answer says why."""
+    server = os.getpid()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the one that imports them
+        os.close(read)
+        _die_with(server)
+        why = _import_libraries(listed, entries)
+        os.write(write, (why or "ready").encode())
+        os.close(write)
+        if why:
+            os._exit(0)
+        sock.send(json.dumps({"ready": True, "pid": os.getpid(), "libraries": ""}).encode())
+        return True
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        why = answer.read().decode(errors="replace")
+    if why == "ready":  # it serves until the run ends: so does this one
+        _, status = os.waitpid(pid, 0)
+        os._exit(os.waitstatus_to_exitcode(status))
+    _, status = os.waitpid(pid, 0)
+    why = why or f"the process importing them ended with {os.waitstatus_to_exitcode(status)}"
+    sock.send(json.dumps({"ready": True, "pid": server, "libraries": why}).encode())
+    return False
+
+
+def _import_libraries(listed: str, entries: list[str]) -> str:
+    """Import the modules named in the file ``listed`` (one that fails is left to the
+    processes, which import it as the collection did); why they cannot stay, or ''."""
+    with open(listed, encoding="utf-8") as names:
+        modules = json.load(names)
+    for name in modules:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+    # A thread of Python's would be missing from every process forked from here, and the
+    # library that started it would not know. A native pool (OpenBLAS's, as scipy.stats
+    # starts one) restarts in a forked process, as numpy's does in torch's server.
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.active_count() > 1:
+        return "importing them started a thread"
+    shadowed = _load([], entries)
+    return f"the tree has modules they import: {', '.join(shadowed)}" if shadowed else ""
 
 
 def _started_path() -> list[str]:

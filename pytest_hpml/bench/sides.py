@@ -241,6 +241,9 @@ class Against:
             progress.close(found.stopped() or None)
         if self._server is not None and self._server.why:
             found.notes.append(f"each process imported torch: no fork server ({self._server.why})")
+        elif self._server is not None and self._server.declined:
+            declined = self._server.declined
+            found.notes.append(f"each process imported the collection's libraries ({declined})")
         found.seconds = time.monotonic() - start
         return found
 
@@ -358,6 +361,16 @@ class Against:
             self._server = None
         elif modules and self._forks():
             self._server = self._new_server(modules)
+        if self._server is not None:
+            self._server.libraries(forkserver.libraries(self._plugins()))
+
+    def _plugins(self) -> set[str]:
+        """The packages of pytest's plugins from installed distributions (this one among
+        them): a side may bring a version of its own, so each process imports them."""
+        found = {"pytest_hpml"}
+        for plugin, _ in self.config.pluginmanager.list_plugin_distinfo():
+            found.add(getattr(plugin, "__name__", "").partition(".")[0])
+        return found
 
     def _new_server(self, modules: Sequence[str]) -> forkserver.Server:
         env = {**os.environ, **reruns.measuring_environment(self.config)}
