@@ -64,19 +64,22 @@ def libraries(leave: Collection[str] = ()) -> list[str]:
         file = getattr(module, "__file__", None)
         if name in ("__main__", "__mp_main__") or _top(name) in leave or not isinstance(file, str):
             continue
-        if os.path.realpath(file).startswith(where):
+        if os.path.abspath(file).startswith(where):  # no link resolved: thousands of files
             found.append(name)
     return found
 
 
 def _library_directories() -> tuple[str, ...]:
+    """The interpreter's library directories, as named and with their links resolved."""
     import site
     import sysconfig
 
     paths = sysconfig.get_paths()
-    found = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
-    found.update(site.getsitepackages())
-    return tuple(os.path.join(os.path.realpath(directory), "") for directory in found)
+    named = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+    named.update(site.getsitepackages())
+    found = {os.path.abspath(directory) for directory in named}
+    found |= {os.path.realpath(directory) for directory in named}
+    return tuple(os.path.join(directory, "") for directory in found)
 
 
 def _top(name: str) -> str:
