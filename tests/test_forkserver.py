@@ -197,10 +197,16 @@ def test_libraries_come_with_every_fork_from_the_process_that_imported_them(
     assert still_running([first, server.pid]) == []
 
 
+# A library that starts a thread as it is imported, one that waits for ever.
+THREAD = (
+    "import threading\n\nthreading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+)
+
+
 @pytest.mark.parametrize(
     ("library", "declined"),
     [
-        ("import threading\nthreading.Thread(target=input, daemon=True).start()\n", "thread"),
+        (THREAD, "thread"),
         ("import os\nos._exit(3)\n", "ended with 3"),
     ],
     ids=["starts-a-thread", "ends-the-process"],
@@ -248,7 +254,7 @@ def test_the_libraries_are_those_of_the_interpreters_directories(tmp_path: Path)
         "sys.path.insert(0, sys.argv[1])\n"
         "import mine, imaplib, pytest\n"
         "from pytest_hpml.bench import forkserver\n"
-        "print(json.dumps(forkserver.libraries({'pytest', '_pytest'})))\n"
+        "print(json.dumps(forkserver.libraries({'pytest', '_pytest', 'pytest_hpml'})))\n"
     )
     (tmp_path / "mine.py").write_text("")
     done = subprocess.run(
