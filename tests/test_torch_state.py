@@ -158,15 +158,16 @@ def test_processes_at_two_speeds_give_no_verdict(
     )
     (verdict,) = (r["verdicts"]["time"] for r in json.loads(report.read_text())["results"])
     assert min(verdict["sides"]["head"]) < 0.5 * min(verdict["sides"]["base"]), verdict
-    # the same code: never a change. At 5 pairs with both fast head processes steady the pairs
-    # disagree; where the head side has one steady process (stopped at 3, or the two fast
-    # ones more than 10% apart, as a busy machine left them), the pairs within 10% of the
-    # middle one settle a pass (Note [Steady pairs])
+    # the same code: never a change. At 5 pairs the pairs disagree: with both fast head
+    # processes steady, the best processes and most pairs; with one steady process a side and
+    # the pairs spread, the pairs among themselves. Where the head side has one steady process
+    # (stopped at 3, or the two fast ones more than 10% apart, as a busy machine left them),
+    # the pairs within 10% of the middle one settle a pass (Note [Steady pairs])
     assert verdict["verdict"] in ("inconclusive", "pass"), verdict
     if verdict["verdict"] == "inconclusive":
         assert (counters / "head").read_text() == "6"
-        assert verdict["confidence"] is None
-        assert "the pairs of processes disagree (5 pairs: " in verdict["reason"], verdict
+        assert "5 pairs: " in verdict["reason"], verdict
+        assert "disagree" in verdict["reason"], verdict
     else:
         assert "steady processes: head 1, " in verdict["reason"], verdict
         assert "within 10% of the middle pair's change" in verdict["reason"], verdict
