@@ -24,9 +24,10 @@ if TYPE_CHECKING:
     from .conftest import Project
 
 # A training step whose work two of 30 commits change: commit 11 reads a value back to the host
-# (a sync the work counter counts), commit 23 does 60% more of the step's matmuls: more than a
-# run's own spikes on a busy host (single runs up to 45% slower than their neighbours, in 6 of
-# 30 commits on one runner, where a 20% step then ranked below them and was not found).
+# (a sync the work counter counts), commit 23 does 2.5 times the step's matmuls: more than a
+# busy host moves a single run. One runner had spikes of up to +45% in 6 of 30 commits (a 20%
+# step ranked below them); another ran each commit at one of two speeds 55% apart, so that a
+# 60% step's faster runs ranked among the slower runs before it, and no step was found.
 STEP = """
 import torch
 
@@ -51,7 +52,7 @@ SYNC_AT, SLOWER_AT = 11, 23  # commits counted from 1
 
 def step_source(commit: int) -> str:
     sync = "    float(x.sum())  # logged: a host sync\n" if commit >= SYNC_AT else ""
-    layers = 16 if commit >= SLOWER_AT else 10
+    layers = 25 if commit >= SLOWER_AT else 10
     return STEP.format(note=f"commit {commit}", layers=layers, sync=sync)
 
 

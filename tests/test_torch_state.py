@@ -145,9 +145,13 @@ def test_split(benchmark):
 """
 
 
-def test_processes_at_two_speeds_give_no_verdict(
+def test_processes_at_two_speeds_are_never_called_changed(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The same code on both sides, two of the head side's five processes four times faster:
+    whichever rule judges (the steady processes, the pairs among themselves, the pairs near
+    the middle one; which one depends on how the busy machine spread the processes), no change
+    is claimed, and the reason says what was judged."""
     counters = project.path.parent / "counters"
     counters.mkdir()
     monkeypatch.setenv("SPLIT_DIR", str(counters))
@@ -158,19 +162,8 @@ def test_processes_at_two_speeds_give_no_verdict(
     )
     (verdict,) = (r["verdicts"]["time"] for r in json.loads(report.read_text())["results"])
     assert min(verdict["sides"]["head"]) < 0.5 * min(verdict["sides"]["base"]), verdict
-    # the same code: never a change. At 5 pairs the pairs disagree: with both fast head
-    # processes steady, the best processes and most pairs; with one steady process a side and
-    # the pairs spread, the pairs among themselves. Where the head side has one steady process
-    # (stopped at 3, or the two fast ones more than 10% apart, as a busy machine left them),
-    # the pairs within 10% of the middle one settle a pass (Note [Steady pairs])
     assert verdict["verdict"] in ("inconclusive", "pass"), verdict
-    if verdict["verdict"] == "inconclusive":
-        assert (counters / "head").read_text() == "6"
-        assert "5 pairs: " in verdict["reason"], verdict
-        assert "disagree" in verdict["reason"], verdict
-    else:
-        assert "(too few: judged on the pairs, " in verdict["reason"], verdict
-        assert "within 10% of the middle pair's change" in verdict["reason"], verdict
+    assert "steady processes: head " in verdict["reason"], verdict
     assert result.ret == pytest.ExitCode.OK
 
 
