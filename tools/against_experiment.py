@@ -26,6 +26,15 @@ pytest-hpml options and variables, such as ``PYTHONPATH=<a checkout of another c
 Prints, per version, how many comparisons each tool called a regression, the median wall time
 of one comparison, and how many pairs of processes pytest-hpml's adaptive rule took (Note
 [Adaptive pairs]): their median and most, of at most ``--hpml-pairs``.
+
+``--full`` measures every comparison to the cap (a ``conftest.py`` in the benchmark's project
+turns the stops off), so that ``--out`` keeps every pair; ``--replay FILE...`` then judges the
+stored comparisons as this checkout's adaptive rule would have, each look on the first pairs,
+and prints its verdicts per version and load. A change to the rule is replayed on the same
+comparisons as the rule before it (``tools/comparisons/`` keeps those the Notes cite).
+
+    python tools/against_experiment.py --full --runs 30 --only-hpml --out full.jsonl
+    python tools/against_experiment.py --replay full.jsonl
 """
 
 from __future__ import annotations
@@ -93,17 +102,28 @@ BURSTY = textwrap.dedent(
     """
 )
 VERSIONS = {"unchanged": 1.0, "5% slower": 1.05, "15% slower": 1.15}
+# --full: the controller never stops at a look, so every comparison keeps all its pairs.
+FULL = textwrap.dedent(
+    """
+    from pytest_hpml.verdict import stats
+
+    stats.settled = lambda result: False
+    stats.hopeless = lambda result, done, cap, looks: False
+    """
+)
 
 
 def git(project: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=project, check=True, capture_output=True)
 
 
-def make_project(root: Path, work: str, test: str) -> Path:
+def make_project(root: Path, work: str, test: str, full: bool = False) -> Path:
     project = root / "project"
     project.mkdir()
     (project / "work.py").write_text(work.format(scale=1.0))
     (project / "test_work.py").write_text(test)
+    if full:
+        (project / "conftest.py").write_text(FULL)
     (project / "pytest.ini").write_text("[pytest]\n")
     git(project, "init", "-q")
     git(project, "-c", "user.name=x", "-c", "user.email=x@x", "add", "-A")
@@ -156,6 +176,35 @@ def benchmark(project: Path, work: str, scale: float, storage: Path) -> dict[str
     return {"exit": done.returncode, "failed": done.returncode != 0, "seconds": first + second}
 
 
+def replay(files: Sequence[Path], threshold: float) -> None:
+    """Judge each stored comparison (one that kept all its pairs: ``--full``) as this
+    checkout's adaptive rule would have: each look on the first pairs, stopping where it
+    stops; print the verdicts per version and load."""
+    from pytest_hpml.verdict import stats
+
+    found: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for line in (json.loads(text) for file in files for text in file.read_text().splitlines()):
+        sides, cap = line["hpml"]["sides"], line["hpml"]["pairs_cap"]
+        if line["hpml"]["pairs_taken"] < cap:
+            continue  # stopped early: the later looks cannot be replayed
+        looks = stats.looks(cap)
+        for done in looks:
+            result = stats.compare_sides(
+                sides["head"][:done], sides["base"][:done], threshold=threshold, looks=len(looks)
+            )
+            if stats.settled(result) or stats.hopeless(result, done, cap, len(looks)):
+                break
+        load = f"{line['hogs']} hogs, {line['bursty']} bursty" + (
+            f", {line['note']}" if line.get("note") else ""
+        )
+        found.setdefault((line["version"], load), []).append((result.verdict, done))
+    print("version     comparisons  pairs (mean)  verdicts, load")
+    for (version, load), judged in sorted(found.items()):
+        verdicts = dict(collections.Counter(v for v, _ in judged))
+        pairs = statistics.mean(n for _, n in judged)
+        print(f"{version:<11} {len(judged):>11}  {pairs:>12.2f}  {verdicts}, {load}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
@@ -176,7 +225,26 @@ def main() -> None:
         "variables (PYTHONPATH=DIR: another checkout's pytest-hpml); several such variants, "
         "separated by '|', alternate in each run",
     )
+    parser.add_argument(
+        "--full", action="store_true", help="measure every comparison to the cap of pairs"
+    )
+    parser.add_argument(
+        "--note", default="", help="a word stored with each comparison: what else ran"
+    )
+    parser.add_argument(
+        "--replay",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="judge the comparisons stored by --full --out with this checkout's rule",
+    )
+    parser.add_argument(
+        "--threshold", type=float, default=0.06, help="the threshold --replay judges at"
+    )
     options = parser.parse_args()
+    if options.replay:
+        replay(options.replay, options.threshold)
+        return
     variants = [v.split() for v in options.hpml_options.split("|")]  # [[]] when none
     work, test = (WORK_INSIDE, TEST_INSIDE) if options.inside else (WORK, TEST)
     hogs = [
@@ -185,7 +253,7 @@ def main() -> None:
     found: dict[str, list[tuple[dict, dict]]] = {}
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            project = make_project(Path(scratch), work, test)
+            project = make_project(Path(scratch), work, test, options.full)
             for run in range(options.runs):
                 for version in options.versions.split(","):
                     scale = VERSIONS[version]
@@ -201,6 +269,7 @@ def main() -> None:
                         found.setdefault(named, []).append((ours, theirs))
                         line = {"run": run, "version": version, "hogs": options.hogs}
                         line["bursty"] = options.bursty
+                        line["note"] = options.note
                         line |= {"hpml": ours, "pytest-benchmark": theirs}
                         line["load"] = os.getloadavg()[0]
                         print(json.dumps(line), flush=True)

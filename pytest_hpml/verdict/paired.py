@@ -130,8 +130,8 @@ def rule(processes: int, looks: Sequence[int], let_go: int = 0) -> str:
         f"a side; on the measuring thread's CPU clock where it ran {THREAD_SHARE:.0%} of the "
         f"time); a change beyond the threshold counts where Welch's t test on each side's "
         f"steady processes (within {stats.STEADY - 1:.0%} of its best; with fewer than 2 a "
-        f"side, a t test on the pairs within {stats.STEADY - 1:.0%} of the middle pair's "
-        f"change) puts it beyond chance at {shared}, and the middle pair of processes saw it "
+        f"side, Yuen's t test on the pairs, {stats.PAIR_TRIM:.0%} of them set aside at each "
+        f"end) puts it beyond chance at {shared}, and the middle pair of processes saw it "
         f"too; a benchmark stops at a look once its change is beyond the threshold so, or its "
         "interval lies within it"
         + (

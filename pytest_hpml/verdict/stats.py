@@ -212,35 +212,45 @@ def compare_pairs(
     higher_is_worse: bool = True,
     alpha: float = PAIR_ALPHA,
     looks: int = 1,
+    trim: float = 0.0,
 ) -> Comparison:
     """Judge head against base on the ratios of their medians, one per pair of processes
     measured side by side (Note [Head against base]).
 
     The change is the geometric mean of the ratios; it counts when it exceeds ``threshold``
-    and a one-sample t test on the log-ratios (scipy's ``ttest_1samp``) puts it beyond chance
-    at ``alpha`` shared by ``looks`` (Note [Adaptive pairs]), one-sided. The reason gives the
-    pairs and the confidence interval at that level.
+    and a one-sample t test on the log-ratios puts it beyond chance at ``alpha`` shared by
+    ``looks`` (Note [Adaptive pairs]), one-sided. With ``trim``, the share of the pairs set
+    aside at each end, it is Yuen's trimmed t test (Note [Steady pairs]): the change is the
+    trimmed mean's, and the spread is the winsorized one, so that the pairs set aside still
+    widen the interval. The reason gives the pairs and the confidence interval at that level.
     """
     per_look = alpha / looks
-    logs = [math.log(r) for r in ratios if r > 0]
+    logs = sorted(math.log(r) for r in ratios if r > 0)
     if len(logs) < 2:
         reason = f"{len(logs)} usable pair(s) of processes: at least 2 are needed"
         return Comparison(INCONCLUSIVE, threshold=threshold, reason=reason)
-    from scipy.stats import t, ttest_1samp  # only when a verdict is computed
+    from scipy.stats import t  # only when a verdict is computed
 
-    mean = sum(logs) / len(logs)
+    cut = trimmed(len(logs), trim)
+    kept = logs[cut : len(logs) - cut]
+    mean = sum(kept) / len(kept)
     change = math.expm1(mean)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
-    if sd == 0:  # every pair agrees exactly
+    error = _trimmed_error(logs, cut)
+    degrees = len(kept) - 1
+    if error == 0:  # every pair kept agrees exactly
         p_up, p_down = (0.0, 1.0) if mean > 0 else (1.0, 0.0) if mean < 0 else (1.0, 1.0)
     else:
-        p_up = float(ttest_1samp(logs, 0.0, alternative="greater").pvalue)
-        p_down = float(ttest_1samp(logs, 0.0, alternative="less").pvalue)
+        p_up, p_down = float(t.sf(mean / error, degrees)), float(t.cdf(mean / error, degrees))
     p_up, p_down = min(1.0, looks * p_up), min(1.0, looks * p_down)  # the looks' share
-    half = float(t.ppf(1 - per_look, len(logs) - 1)) * sd / math.sqrt(len(logs))
+    half = float(t.ppf(1 - per_look, degrees)) * error
     low, high = math.expm1(mean - half), math.expm1(mean + half)
     level = _level(per_look)
-    reason = f"{len(logs)} pairs: {change:+.1%}, {level} interval {low:+.1%} to {high:+.1%}"
+    judged = f"{len(logs)} pairs" + (
+        f" ({cut} lowest and {cut} highest set aside, their spread kept: Yuen's trimmed t test)"
+        if cut
+        else ""
+    )
+    reason = f"{judged}: {change:+.1%}, {level} interval {low:+.1%} to {high:+.1%}"
     worse, p_worse = (change > 0, p_up) if higher_is_worse else (change < 0, p_down)
     better, p_better = (change < 0, p_down) if higher_is_worse else (change > 0, p_up)
     confidence = 1 - min(p_up, p_down)
@@ -266,8 +276,27 @@ def compare_pairs(
         reason,
         pairs=ratios,
         interval=(low, high),
-        degrees=len(logs) - 1,
+        degrees=degrees,
     )
+
+
+def trimmed(count: int, trim: float) -> int:
+    """How many of ``count`` values a trim of ``trim`` sets aside at each end: the whole part
+    of its share, as scipy's ``trim_mean`` cuts."""
+    return int(trim * count)
+
+
+def _trimmed_error(ordered: Sequence[float], cut: int) -> float:
+    """The standard error of the mean of ``ordered`` without its ``cut`` lowest and highest,
+    as Yuen's test takes it (scipy's ``ttest_ind`` with ``trim``, for one sample): from the
+    winsorized variance, those values moved in to the nearest kept one. Without a cut, the
+    plain standard error of the mean."""
+    low, high = ordered[cut], ordered[len(ordered) - 1 - cut]
+    winsorized = [min(max(value, low), high) for value in ordered]
+    count, kept = len(ordered), len(ordered) - 2 * cut
+    mean = sum(winsorized) / count
+    squares = sum((w - mean) ** 2 for w in winsorized)  # (count - 1) times the variance
+    return math.sqrt(squares / (kept * (kept - 1)))
 
 
 def import_ahead() -> None:
@@ -364,6 +393,9 @@ LOOK_EVERY = 2  # pairs: each look adds one base and one head process to every o
 # A process whose fastest sample lies within this factor of its side's fastest is steady; one
 # further off ran through a slow spell of the host (Note [Steady processes]).
 STEADY = 1.10
+# The share of the pairs set aside at each end where the pairs judge (Note [Steady pairs]): 1 of
+# 5 or 7, a pair whose processes ran at two speeds; none of 3, whose t test widens instead.
+PAIR_TRIM = 0.2
 
 
 def compare_sides(
@@ -440,23 +472,22 @@ def _steady_pairs(
     looks: int,
 ) -> Comparison:
     """Judge on the pairs where a side has fewer than 2 steady processes (Note [Steady
-    pairs]): the pairs whose head-to-base ratio lies within :data:`STEADY` of the middle pair's,
-    by :func:`compare_pairs`; their geometric means stand for the sides."""
-    pairs = [(h, b) for h, b in zip(head, base) if h > 0 and b > 0]
-    middle = median([math.log(h / b) for h, b in pairs])
-    kept = [(h, b) for h, b in pairs if abs(math.log(h / b) - middle) <= math.log(STEADY)]
-    steady = f"{len(kept)} of {len(pairs)} within {STEADY - 1:.0%} of the middle pair's change"
-    if len(kept) < 2:  # the pairs spread too (two that differ by 20%): all of them are judged
-        kept, steady = pairs, f"{steady}, so all {len(pairs)}"
+    pairs]): all of them, by Yuen's trimmed t test (:func:`compare_pairs` with
+    :data:`PAIR_TRIM`); the geometric means of the pairs it keeps stand for the sides."""
+    pairs = sorted(
+        ((h, b) for h, b in zip(head, base) if h > 0 and b > 0), key=lambda p: p[0] / p[1]
+    )
     result = compare_pairs(
-        [h / b for h, b in kept],
+        [h / b for h, b in pairs],
         threshold=threshold,
         higher_is_worse=higher_is_worse,
         alpha=alpha,
         looks=looks,
+        trim=PAIR_TRIM,
     )
-    reason = f"{counts} (too few: judged on the pairs, {steady}); {result.reason}"
-    current, baseline = (geometric_mean(side) for side in zip(*kept))
+    reason = f"{counts} (too few: judged on the pairs); {result.reason}"
+    cut = trimmed(len(pairs), PAIR_TRIM)
+    current, baseline = (geometric_mean(side) for side in zip(*pairs[cut : len(pairs) - cut]))
     return replace(result, reason=reason, current=current, baseline=baseline)
 
 
