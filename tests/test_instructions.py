@@ -15,11 +15,12 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_hpml.bench import instructions
+from pytest_hpml.verdict import stats
 from pytest_hpml.verdict.judge import OTHERS, explain
 from tests.conftest import TIMES_UNJUDGED
 
@@ -216,7 +217,7 @@ def test_against_base_counts_both_sides_of_the_changed_benchmarks(project: Proje
     unsettled = {
         test
         for (test, metric), verdict in verdicts.items()
-        if metric == "time" and not within_threshold(verdict)
+        if metric == "time" and not stats.quiet(verdict)
     }
     assert counted == {"test_more_torch_work"} | unsettled, verdicts
     left_out = 3 - len(counted)
@@ -234,16 +235,6 @@ def test_against_base_counts_both_sides_of_the_changed_benchmarks(project: Proje
     assert not list(project.path.glob("baselines/instructions-*.json"))
     assert "under valgrind:" not in result.stdout.str()
     assert "failed on the base side" not in result.stdout.str()
-
-
-def within_threshold(verdict: dict[str, Any]) -> bool:
-    """A pass whose interval, where it has one, lies within the threshold on both sides."""
-    if verdict["verdict"] != "pass":
-        return False
-    if verdict.get("interval") is None:
-        return True
-    (low, high), threshold = verdict["interval"], verdict["threshold"]
-    return -threshold < low and high < threshold
 
 
 # Two real dumps of one benchmark, each with /proc/self/maps as its process had it at the dump:
