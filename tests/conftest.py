@@ -8,7 +8,9 @@ any snapshot, and the library modules a run loads are put back after it (see ``K
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -349,3 +351,51 @@ def interruptible() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+# In the environment of a process that a test interrupts: on SIGABRT it prints every thread's
+# stack, which :func:`interrupt` asks for when the process does not end.
+DUMPS_STACKS = {"PYTHONFAULTHANDLER": "1"}
+
+
+def interrupt(process: subprocess.Popen[str], seconds: float = 60) -> tuple[str, str]:
+    """Ctrl-C (SIGINT) to ``process`` (started with :data:`DUMPS_STACKS`): its output once it
+    ended. One still running after ``seconds`` fails the test with what it was doing (its
+    threads' stacks) and the processes under it, which are then killed: a hang is found where
+    it happened, and the tests after it run on a quiet machine."""
+    import signal
+
+    process.send_signal(signal.SIGINT)
+    try:
+        return process.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        running = process.poll() is None
+        under = _processes_under(process.pid)
+        if running:
+            process.send_signal(signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.communicate(timeout=10)  # kept: the call below returns all it read
+        for pid in under:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        out, err = process.communicate()
+        state = "still running" if running else "ended, its output still open in a child"
+        listed = "\n".join(under.values())
+        pytest.fail(
+            f"not ended {seconds:g} s after Ctrl-C ({state}); processes under it:\n{listed}\n"
+            f"its output (stacks after SIGABRT):\n{out}\n{err or ''}"
+        )
+
+
+def _processes_under(pid: int) -> dict[int, str]:
+    """``ps``'s lines of ``pid`` and the processes under it, by pid."""
+    listed = subprocess.run(
+        ["ps", "-e", "-o", "pid=,ppid=,stat=,etime=,args="], capture_output=True, text=True
+    ).stdout.splitlines()
+    lines = {int(line.split()[0]): line for line in listed}
+    parents = {child: int(line.split()[1]) for child, line in lines.items()}
+    under, more = set(), {pid}
+    while more:
+        under |= more
+        more = {child for child, parent in parents.items() if parent in under} - under
+    return {found: lines[found] for found in sorted(under) if found in lines}

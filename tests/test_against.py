@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.conftest import BENCH_TIME, TIMES_UNJUDGED, committed, git, interruptible
+from tests.conftest import (
+    BENCH_TIME,
+    DUMPS_STACKS,
+    TIMES_UNJUDGED,
+    committed,
+    git,
+    interrupt,
+    interruptible,
+)
 from tests.test_processes import still_running
 
 if TYPE_CHECKING:
@@ -580,7 +587,7 @@ def test_ctrl_c_while_the_sides_measure_leaves_no_worktree(repo: Project, tmp_pa
     inner = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--hpml-against=HEAD"],
         cwd=repo.path,
-        env={**os.environ, "TMPDIR": str(scratch)},
+        env={**os.environ, "TMPDIR": str(scratch), **DUMPS_STACKS},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -588,8 +595,7 @@ def test_ctrl_c_while_the_sides_measure_leaves_no_worktree(repo: Project, tmp_pa
     )
     try:
         pid, parent = _wait_for(inner, scratch)
-        inner.send_signal(signal.SIGINT)
-        output, _ = inner.communicate(timeout=60)
+        output, _ = interrupt(inner)
     finally:
         inner.kill()
     assert inner.returncode == pytest.ExitCode.INTERRUPTED, output

@@ -12,7 +12,6 @@ temporary worktree, removed at the end.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_hpml.report import cli
-from tests.conftest import git, interruptible
+from tests.conftest import DUMPS_STACKS, git, interrupt, interruptible
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -176,7 +175,7 @@ def test_ctrl_c_removes_the_worktree(project: Project) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **DUMPS_STACKS},
         preexec_fn=interruptible,
     )
     deadline = time.monotonic() + 120
@@ -185,8 +184,7 @@ def test_ctrl_c_removes_the_worktree(project: Project) -> None:
         time.sleep(0.2)
     (made,) = set(worktrees(project.path)) - {str(project.path)}
     time.sleep(1.0)  # a pytest run under way in it
-    started.send_signal(signal.SIGINT)
-    _, err = started.communicate(timeout=120)
+    _, err = interrupt(started, 120)
     assert started.returncode == 130, err
     assert err == "pytest-hpml: bisect interrupted; its worktree is removed\n"
     assert worktrees(project.path) == [str(project.path)]

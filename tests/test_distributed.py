@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from pytest_hpml.config.role import MAX_RANK, BadLaunch, Launch, launch_from, launch_problem
+from tests.conftest import interrupt
 from tests.test_processes import hpml_files, start_pytest, still_running, wait_for_pid
 
 if TYPE_CHECKING:
@@ -348,8 +349,7 @@ def test_waits(rank):
     tmpdir = tmp_path_factory.mktemp("tmpdir")
     inner = start_pytest(project, tmpdir)
     ranks = [wait_for_pid(inner, project.path / f"rank{rank}.pid") for rank in (0, 1)]
-    inner.send_signal(signal.SIGINT)
-    out = inner.communicate(timeout=60)[0]
+    out = interrupt(inner)[0]
     assert still_running(ranks) == []
     assert inner.returncode == pytest.ExitCode.INTERRUPTED, out
     assert "KeyboardInterrupt" in out

@@ -24,7 +24,7 @@ import pytest
 from pytest_hpml.bench import reruns
 from pytest_hpml.config import invocation
 from pytest_hpml.config.role import RERUN_ENV, RERUN_FORMAT, RERUN_PREFIX, rerun_request
-from tests.conftest import BENCH_TIME, TIMES_UNJUDGED, WORK, interruptible
+from tests.conftest import BENCH_TIME, DUMPS_STACKS, TIMES_UNJUDGED, WORK, interrupt, interruptible
 
 if TYPE_CHECKING:
     from tests.conftest import Project
@@ -66,7 +66,7 @@ def start_pytest(project: Project, tmpdir: Path, *args: str) -> subprocess.Popen
     return subprocess.Popen(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
         cwd=project.path,
-        env={**os.environ, "TMPDIR": str(tmpdir), "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "TMPDIR": str(tmpdir), "OMP_NUM_THREADS": "1", **DUMPS_STACKS},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -278,8 +278,7 @@ def test_ctrl_c_while_measuring_in_more_processes_stops_them_as_pytest_stops(
     project: Project, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     inner, child, tmpdir = measuring_in_two(project, tmp_path_factory)
-    inner.send_signal(signal.SIGINT)
-    out = inner.communicate(timeout=60)[0]
+    out = interrupt(inner)[0]
     assert still_running([child]) == []
     assert inner.returncode == pytest.ExitCode.INTERRUPTED, out
     assert "KeyboardInterrupt" in out
