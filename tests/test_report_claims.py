@@ -116,10 +116,11 @@ def test_the_rule_the_summary_states_is_built_from_the_values_the_judge_uses(
     # the judge's own values: the text follows them
     monkeypatch.setattr(stats, "STEADY", 1.2)
     monkeypatch.setattr(stats, "PAIR_TRIM", 0.25)
+    monkeypatch.setattr(stats, "STEADY_LEAST", 4)
     result = repo.run("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=5", "-k", "timed")
     result.stdout.fnmatch_lines(
         [
-            "*steady processes (within 20% of its best; with fewer than 2 a side, Yuen's t "
+            "*steady processes (within 20% of its best; with fewer than 4 a side, Yuen's t "
             "test on the pairs, 25% of them set aside at each end)*5% shared by 2 looks (after "
             "3 and 5 pairs: 0.025 each), one-sided*"
         ]

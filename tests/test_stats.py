@@ -542,17 +542,24 @@ def test_processes_that_disagree_leave_the_change_inconclusive() -> None:
 
 def test_processes_at_two_speeds_are_inconclusive_without_a_confidence() -> None:
     """The pairs of a real harmless change measured at two threads on two busy cores (Note
-    [Split processes]): two head processes 70x faster than every other decide nothing."""
+    [Split processes]): two head processes 70x faster than every other decide nothing. With
+    three steady processes a side, the best processes say one thing and most pairs another;
+    with two, the pairs judge, and they disagree."""
     base = [13.5e-3, 13.2e-3, 13.6e-3, 13.4e-3, 13.5e-3]
-    head = [13.5e-3, 13.7e-3, 0.197e-3, 13.4e-3, 0.199e-3]
-    result = stats.compare_sides(head, base, threshold=0.06)
+    head = [13.5e-3, 13.7e-3, 0.197e-3, 0.198e-3, 13.4e-3, 0.199e-3]
+    result = stats.compare_sides(head, base + [13.3e-3], threshold=0.06)
     assert result.change == pytest.approx(0.197 / 13.2 - 1)
     assert result.verdict == stats.INCONCLUSIVE
     assert result.confidence is None
-    assert "the pairs of processes disagree (5 pairs: 3 within the threshold at +0.0%" in (
+    assert "the pairs of processes disagree (6 pairs: 3 within the threshold at +0.0%" in (
         result.reason
     )
-    assert "2 beyond it at -98.5%" in result.reason
+    assert "3 beyond it at -98.5%" in result.reason
+    result = stats.compare_sides(head[:3] + head[4:], base, threshold=0.06)
+    assert result.verdict == stats.INCONCLUSIVE
+    assert "head 2, base 5 (too few: judged on the pairs)" in result.reason
+    assert "the pairs disagree" in result.reason
+    head = head[:3] + head[4:]
     rates = [[1 / v for v in side] for side in (head, base)]
     as_rates = stats.compare_sides(*rates, threshold=0.06, higher_is_worse=False)
     assert as_rates.verdict == stats.INCONCLUSIVE
@@ -598,6 +605,25 @@ def test_with_one_steady_process_a_side_the_pairs_are_judged() -> None:
     result = stats.compare_sides([1.02, 1.3, 0.8], [1.0, 1.0, 1.0], threshold=0.06)
     assert "3 pairs: " in result.reason
     assert not stats.settled(result)
+
+
+def test_a_host_that_changes_speed_midway_leaves_the_pairs_to_judge() -> None:
+    """A 1 ms step 14% slower, measured as the 2-core VM slowed down by half after the first
+    pairs (both comparisons as `tools/against_experiment.py` measured them, in us): only 2 head
+    processes lie within 10% of the head's best, and Welch's test on those few steady
+    processes called both inconclusive. Each pair saw the change, and the pairs judge (Note
+    [Steady pairs])."""
+    measured = [
+        ([970, 998, 1091, 995, 1103, 1741, 1484], [1062, 1143, 1210, 1740, 1348, 2151, 1793]),
+        ([976, 993, 1045, 1189, 1862, 1703, 1691], [1070, 1108, 1250, 1215, 2167, 1978, 1988]),
+    ]
+    for base, head in measured:
+        result = stats.compare_sides(head, base, threshold=0.06, looks=3)
+        assert "steady processes: head 2, base 3 (too few: judged on the pairs)" in result.reason
+        assert result.verdict == stats.REGRESSED, result
+    # three steady processes a side, as on a host of one speed: Welch's test judges them
+    result = stats.compare_sides([1.15, 1.16, 1.18, 1.5], [1.0, 1.01, 1.02, 1.4], threshold=0.06)
+    assert "steady processes: head 3, base 3, their means" in result.reason
 
 
 def test_the_pairs_that_agree_do_not_outvote_the_pairs_that_disagree() -> None:
@@ -813,7 +839,7 @@ def test_a_pass_the_cap_would_not_settle_is_hopeless_and_one_it_might_is_not() -
     assert not stats.hopeless(dataclasses.replace(six, pairs=(1.3, 1.063, 1.016)), 3, 7, 3)
     assert not stats.hopeless(dataclasses.replace(six, degrees=1.3), 3, 7, 3)
     # a change beyond the threshold that the processes do not yet show is never let go
-    unsure = stats.compare_sides([1.08, 1.2, 1.085], [1.0, 1.09, 1.003], threshold=0.06, looks=3)
+    unsure = stats.compare_sides([1.08, 1.25, 0.99], [1.0, 1.09, 1.003], threshold=0.06, looks=3)
     assert unsure.verdict == stats.INCONCLUSIVE
     assert not stats.hopeless(unsure, 3, 7, 3)
 

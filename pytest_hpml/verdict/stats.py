@@ -393,6 +393,9 @@ LOOK_EVERY = 2  # pairs: each look adds one base and one head process to every o
 # A process whose fastest sample lies within this factor of its side's fastest is steady; one
 # further off ran through a slow spell of the host (Note [Steady processes]).
 STEADY = 1.10
+# Welch's test on the steady processes needs this many a side (all of them, with fewer); with
+# fewer, the pairs judge (Note [Steady pairs]): the host changed speed while they ran.
+STEADY_LEAST = 3
 # The share of the pairs set aside at each end where the pairs judge (Note [Steady pairs]): 1 of
 # 5 or 7, a pair whose processes ran at two speeds; none of 3, whose t test widens instead.
 PAIR_TRIM = 0.2
@@ -424,7 +427,8 @@ def compare_sides(
     best = [min(side) for side in costs]
     change = best[0] / best[1] - 1 if higher_is_worse else best[1] / best[0] - 1
     counts = f"steady processes: head {len(steady[0])}, base {len(steady[1])}"
-    if min(len(s) for s in steady) < 2:  # the processes differ more than spells explain
+    # the processes differ more than spells explain, or the host changed speed while they ran
+    if min(len(s) for s in steady) < min(STEADY_LEAST, *map(len, costs)):
         return _steady_pairs(head, base, counts, threshold, higher_is_worse, alpha, looks)
     per_look = alpha / looks
     p_slower, low, high, degrees = _welch(*steady, per_look)
@@ -471,8 +475,8 @@ def _steady_pairs(
     alpha: float,
     looks: int,
 ) -> Comparison:
-    """Judge on the pairs where a side has fewer than 2 steady processes (Note [Steady
-    pairs]): all of them, by Yuen's trimmed t test (:func:`compare_pairs` with
+    """Judge on the pairs where a side has fewer than :data:`STEADY_LEAST` steady processes
+    (Note [Steady pairs]): all of them, by Yuen's trimmed t test (:func:`compare_pairs` with
     :data:`PAIR_TRIM`); the geometric means of the pairs it keeps stand for the sides."""
     pairs = sorted(
         ((h, b) for h, b in zip(head, base) if h > 0 and b > 0), key=lambda p: p[0] / p[1]
