@@ -547,7 +547,7 @@ def test_processes_at_two_speeds_are_inconclusive_without_a_confidence() -> None
     with two, the pairs judge, and they disagree."""
     base = [13.5e-3, 13.2e-3, 13.6e-3, 13.4e-3, 13.5e-3]
     head = [13.5e-3, 13.7e-3, 0.197e-3, 0.198e-3, 13.4e-3, 0.199e-3]
-    result = stats.compare_sides(head, base + [13.3e-3], threshold=0.06)
+    result = stats.compare_sides(head, [*base, 13.3e-3], threshold=0.06)
     assert result.change == pytest.approx(0.197 / 13.2 - 1)
     assert result.verdict == stats.INCONCLUSIVE
     assert result.confidence is None
