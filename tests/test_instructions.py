@@ -280,6 +280,30 @@ def test_code_without_a_symbol_is_named_the_same_in_every_process() -> None:
     assert all(first.get(name) != second.get(name) for name in named - {OTHERS}), said
 
 
+def test_the_run_that_asked_reads_the_dumps_the_process_under_valgrind_kept(
+    tmp_path: Path,
+) -> None:
+    """The process under valgrind reads only a dump's last line (its total); the run that
+    asked reads the rest into each count's top functions, and a dump gone leaves them out."""
+    kept = []
+    for process in "ab":
+        dump = tmp_path / f"counted.7.{len(kept) + 1}.out"
+        for suffix, into in (("out", dump), ("maps", dump.with_suffix(".maps"))):
+            with gzip.open(DATA / f"callgrind-conv-{process}.{suffix}.gz", "rb") as packed:
+                into.write_bytes(packed.read())
+        kept.append(dump)
+    (total, first), (second_total, second) = profile("a"), profile("b")
+    assert [instructions._total(dump) for dump in kept] == [total, second_total]
+    record = {"value": 1, "calls": 2, "detail": {"dumps": [str(dump) for dump in kept]}}
+    gone = {"value": 1, "calls": 1, "detail": {"dumps": [str(tmp_path / "gone.out")]}}
+    answer = {"results": [{"metrics": {"instructions[bf16]": record, "instructions": gone}}]}
+    instructions.attribute(answer)
+    both = {name: first.get(name, 0) + second.get(name, 0) for name in {*first, *second}}
+    assert record["detail"] == {"by": instructions.top(both, 2)}
+    assert record["detail"]["by"]["libtorch_cpu.so+0xe1bcf70"] == 94_622
+    assert gone["detail"] == {"by": {}}
+
+
 def test_a_file_mapped_in_pieces_counts_its_offsets_from_its_first_byte() -> None:
     """A library's later segments may sit further from its first byte than their file offset
     says (libtorch_cpu.so's data); a JIT's memfd and anonymous memory are no file."""

@@ -623,7 +623,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
                 tolerance=self._settings.tolerance.get("instructions", TOLERANCE),
                 tolerance_from=_origin(self._settings, "instructions")
                 or "instruction counts' default",
-                detail={"by": counted.functions},
+                detail={"dumps": counted.dumps},  # read by instructions.attribute()
                 calls=counted.calls,
                 counted_on=self._callgrind.key,
                 waits=counted.waits,

@@ -6,7 +6,8 @@ process under valgrind measures nothing, but each benchmark's ``benchmark(...)``
 calls with a :class:`Callgrind`: valgrind translates torch without instrumenting it (starting
 instrumented, importing torch alone takes over ten minutes), ``callgrind_control`` switches
 instrumentation on just before the counted calls and off after them, and torch's own
-callgrind client requests switch collection on and dump what was collected.
+callgrind client requests switch collection on and dump what was collected. The run that
+asked reads the dumps (:func:`attribute`): Python under valgrind reads one ten times slower.
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ class Counted:
 
     instructions: float  # per call
     calls: int
-    functions: dict[str, int] = field(default_factory=dict)  # the top functions, per call
+    dumps: list[str] = field(default_factory=list)  # callgrind's, for :func:`attribute`
     seconds: float = 0.0  # what counting took, under valgrind
     waits: int = 0  # voluntary context switches in a warm-up call
 
@@ -156,6 +157,7 @@ class Callgrind:
     def __init__(self, directory: str) -> None:
         self.directory = Path(directory)
         self.pid = os.getpid()
+        self._dumps = 0  # kept so far, each under a name of its own
 
     @functools.cached_property
     def key(self) -> str:
@@ -184,19 +186,16 @@ class Callgrind:
         gc.disable()  # a collection would land in whichever call crossed the threshold
         try:
             with self._instrumented():
-                total, functions = self._collect(requests, call, 1, sync)
+                total, dumps = self._collect(requests, call, 1, sync)
                 calls = max(1, min(MAX_CALLS, math.ceil(TARGET_INSTRUCTIONS / max(total, 1))))
                 if calls > 1:
                     more, extra = self._collect(requests, call, calls - 1, sync)
-                    total += more
-                    for name, cost in extra.items():
-                        functions[name] = functions.get(name, 0) + cost
+                    total, dumps = total + more, dumps + extra
         finally:
             if enabled:
                 gc.enable()
         seconds = time.perf_counter() - start
-        counted = Counted(total / calls, calls, top(functions, calls), seconds, waits)
-        return counted, result
+        return Counted(total / calls, calls, dumps, seconds, waits), result
 
     @contextlib.contextmanager
     def _instrumented(self) -> Iterator[None]:
@@ -217,9 +216,10 @@ class Callgrind:
         call: Callable[[], Any],
         calls: int,
         sync: Callable[[], None],
-    ) -> tuple[int, dict[str, int]]:
-        """Collect ``calls`` calls and read callgrind's dump of them. Collection is switched
-        off again whatever happens: left on, the next benchmark's switch would invert it."""
+    ) -> tuple[int, list[str]]:
+        """Collect ``calls`` calls: their total, and callgrind's dump of them kept for
+        :func:`attribute`. Collection is switched off again whatever happens: left on, the next
+        benchmark's switch would invert it."""
         toggle, dump = requests
         toggle()  # collection on
         try:
@@ -229,12 +229,22 @@ class Callgrind:
         finally:
             dump()  # collection off, and what was collected written out
             found = sorted(self.directory.glob(f"callgrind.{self.pid}.out.*"))
-            counted = _read(found[-1]) if found else None
+            kept = self._keep(found[-1]) if found else None
             for path in found:
                 path.unlink(missing_ok=True)
-        if counted is None:
+        if kept is None:
             raise RuntimeError(f"callgrind wrote no dump in {self.directory}")
-        return counted
+        return _total(kept), [str(kept)]
+
+    def _keep(self, dump: Path) -> Path:
+        """The dump under a name of its own, beside the files this process maps now (code
+        outside every object callgrind knows is named by them)."""
+        self._dumps += 1
+        kept = self.directory / f"counted.{self.pid}.{self._dumps}.out"
+        dump.rename(kept)
+        with contextlib.suppress(OSError):  # then such code is all taken as run time code
+            shutil.copyfile("/proc/self/maps", kept.with_suffix(".maps"))
+        return kept
 
     def _instrument(self, state: str) -> None:
         """``callgrind_control -i on|off`` on this process. valgrind takes the command while
@@ -276,15 +286,41 @@ def voluntary_switches() -> int:
     return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
 
 
+def _total(dump: Path) -> int:
+    """The total of a dump, from its last line (``totals:``), without reading the rest."""
+    with open(dump, "rb") as lines:
+        lines.seek(max(0, lines.seek(0, os.SEEK_END) - 4096))
+        found = re.findall(rb"^totals: (\d+)", lines.read(), re.MULTILINE)
+    if not found:
+        raise RuntimeError(f"callgrind's dump {dump} has no totals")
+    return int(found[-1])
+
+
 def _read(path: Path) -> tuple[int, dict[str, int]]:
-    """A dump of this process, its code without a symbol named by the files mapped now."""
+    """A dump, its code without a symbol named by the files mapped when it was written."""
     try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        with open(path.with_suffix(".maps"), encoding="utf-8", errors="replace") as maps:
             files = mapped_files(maps)
     except OSError:  # then code in no object callgrind knows is all taken as run time code
         files = []
     with open(path, encoding="utf-8", errors="replace") as lines:
         return parse(lines, files)
+
+
+def attribute(answer: dict[str, Any]) -> None:
+    """In the run that asked, before the dumps' directory goes: each count's top functions
+    (``detail["by"]``, per call) from the dumps the process under valgrind kept."""
+    for result in answer.get("results", []):
+        for name, record in result.get("metrics", {}).items():
+            detail = record.get("detail") or {}
+            if not is_instructions(name) or "dumps" not in detail:
+                continue
+            functions: dict[str, int] = defaultdict(int)
+            for dump in detail.pop("dumps"):
+                with contextlib.suppress(OSError):  # gone: the profile says less, nothing else
+                    for function, cost in _read(Path(dump))[1].items():
+                        functions[function] += cost
+            detail["by"] = top(functions, record.get("calls") or 1)
 
 
 # Code in no file: what a library generates at run time (oneDNN's kernels), pooled as one
@@ -459,13 +495,16 @@ def count(
 
     def one(side: str) -> tuple[str, Any, Any]:
         with tempfile.TemporaryDirectory(prefix="pytest-hpml-callgrind-") as directory:
-            return side, *sides[side](
+            done, answer = sides[side](
                 tests,
                 wrapper=command(Path(directory)),
                 env=environment(),
                 # the files of the tests it counts only: valgrind makes every import slow
                 request={REQUEST_KEY: directory, NARROW_KEY: True},
             )
+            if answer is not None:
+                attribute(answer)
+            return side, done, answer
 
     # The sides' processes run at once where there are cores for them: a count does not
     # depend on what runs beside it (Note [Instruction counts]), and valgrind is slow.
