@@ -296,12 +296,20 @@ def test_the_run_that_asked_reads_the_dumps_the_process_under_valgrind_kept(
     assert [instructions._total(dump) for dump in kept] == [total, second_total]
     record = {"value": 1, "calls": 2, "detail": {"dumps": [str(dump) for dump in kept]}}
     gone = {"value": 1, "calls": 1, "detail": {"dumps": [str(tmp_path / "gone.out")]}}
-    answer = {"results": [{"metrics": {"instructions[bf16]": record, "instructions": gone}}]}
+    cut = tmp_path / "cut.out"
+    cut.write_text("fn=(1) f\n0 12\n0 1x\n")  # a dump cut short in a line
+    broken = {"value": 1, "calls": 1, "detail": {"dumps": [str(cut)]}}
+    answer = {
+        "results": [
+            {"metrics": {"instructions[bf16]": record, "instructions": gone}},
+            {"metrics": {"instructions": broken}},
+        ]
+    }
     instructions.attribute(answer)
     both = {name: first.get(name, 0) + second.get(name, 0) for name in {*first, *second}}
     assert record["detail"] == {"by": instructions.top(both, 2)}
     assert record["detail"]["by"]["libtorch_cpu.so+0xe1bcf70"] == 94_622
-    assert gone["detail"] == {"by": {}}
+    assert gone["detail"] == broken["detail"] == {"by": {}}
 
 
 def test_a_file_mapped_in_pieces_counts_its_offsets_from_its_first_byte() -> None:

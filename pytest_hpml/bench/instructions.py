@@ -317,7 +317,8 @@ def attribute(answer: dict[str, Any]) -> None:
                 continue
             functions: dict[str, int] = defaultdict(int)
             for dump in detail.pop("dumps"):
-                with contextlib.suppress(OSError):  # gone: the profile says less, nothing else
+                # gone or cut short: the profile says less; the count, from its total, stands
+                with contextlib.suppress(OSError, ValueError):
                     for function, cost in _read(Path(dump))[1].items():
                         functions[function] += cost
             detail["by"] = top(functions, record.get("calls") or 1)
