@@ -7,7 +7,7 @@ calls with a :class:`Callgrind`: valgrind translates torch without instrumenting
 instrumented, importing torch alone takes over ten minutes), ``callgrind_control`` switches
 instrumentation on just before the counted calls and off after them, and torch's own
 callgrind client requests switch collection on and dump what was collected. The run that
-asked reads the dumps (:func:`attribute`): Python under valgrind reads one ten times slower.
+asked reads the dumps (:func:`attribute`): Python under valgrind read one in 1.9 s, not 0.05 s.
 """
 
 from __future__ import annotations
