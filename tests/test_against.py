@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_hpml.verdict import stats
 from tests.conftest import (
     BENCH_TIME,
     DUMPS_STACKS,
@@ -205,6 +206,16 @@ def test_settled_benchmarks_stop_and_the_others_run_to_the_cap(repo: Project) ->
     reason = hopeless["verdicts"]["time"]["reason"]
     assert "not measured beyond 3 pairs: at this spread, 5 would not settle it either" in reason
     assert ", or (a pass; 1 here) once its interval, narrowed as the cap's pairs" in out
+    # the cap's look counts test_hopeless, let go at the first, among the settled, as the first
+    # did; test_spread is settled there too where its 5 pairs fit its interval in 8%
+    spread = next(r for r in report["results"] if r["test"].endswith("::test_spread"))
+    settled = spread["verdicts"]["time"]["verdict"] != "pass" or stats.quiet(
+        spread["verdicts"]["time"]
+    )
+    assert against["looks"][-1] == [5, 2 + settled], out
+    if not settled:
+        let_go = "1 of 3 unsettled at the cap of 5; 1 more let go before it would not settle them"
+        assert let_go in out, out
     processes: dict[str, set[str]] = {}
     for line in (repo.path / "ran.txt").read_text().splitlines():
         pid, name = line.split()

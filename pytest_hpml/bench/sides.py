@@ -90,7 +90,10 @@ class Pairs:
             )
         settled = self.looks[-1][1] if self.looks else 0
         if done >= self.cap and settled < benchmarks:
-            return f"{benchmarks - settled} of {benchmarks} unsettled at the cap of {self.cap}"
+            stopped = f"{benchmarks - settled} of {benchmarks} unsettled at the cap of {self.cap}"
+            if not self.hopeless:
+                return stopped
+            return f"{stopped}; {len(self.hopeless)} more let go before it would not settle them"
         return ""
 
     def runs(self, test: str, name: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:

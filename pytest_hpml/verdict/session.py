@@ -229,6 +229,8 @@ class Verdicts:
             test = result["test"]
             if (on_base is not None and test not in on_base) or test in failed:
                 continue  # nothing to compare with, or it would fail again
+            if test in found.hopeless:  # let go at an earlier look: no pair measured it since
+                continue
             judged = [
                 self._against(result, name, record, found)
                 for name, record in result["metrics"].items()
