@@ -85,11 +85,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
         rerun = Rerun(asked, results=lambda: verdicts(config).results)
         config.pluginmanager.register(rerun, "hpml-rerun")
-    take_turn = rerun.take_turn if rerun is not None else None
-    if role.launch(config) is not None:  # a rank, lent the turn of a pair's process (Note [Slices])
-        from .distributed.turns import rank_turn
-
-        take_turn = rank_turn()
     callgrind = bench_fixture.callgrind(asked)
     # one thread under valgrind (Note [Instruction counts])
     threads = 1 if callgrind is not None else role.measuring_threads(config)
@@ -103,7 +98,7 @@ def pytest_configure(config: pytest.Config) -> None:
         callgrind=callgrind,
         counts=bench_fixture.counts(asked),
         peaks=bench_fixture.Peaks(peak, peak_beyond_table),
-        take_turn=take_turn or (lambda: None),
+        take_turn=rerun.take_turn if rerun is not None else lambda: None,
         pass_turn=rerun.pass_turn if rerun is not None else lambda: None,
         slice=rerun.slice if rerun is not None else 0.0,
     )
@@ -192,9 +187,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     from .distributed.spawn import spawn_protocol
     from .verdict.session import verdicts
 
-    rerun = item.config.pluginmanager.get_plugin("hpml-rerun")
-    lent = rerun.lent if rerun is not None else None  # the pair's turn (Note [Slices])
-    return spawn_protocol(item, nextitem, budget=verdicts(item.config).budget, take_turn=lent)
+    return spawn_protocol(item, nextitem, budget=verdicts(item.config).budget)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -432,18 +432,15 @@ class Rerun:
         if self.turn and self.holding and not _tell(self.turn, SLICED):
             self._alone()
 
-    @property
-    def lent(self) -> Callable[[], None] | None:
-        """How a test run in ranks of its own takes this process's turn: they ask for it when
-        one is about to measure, and it is held until they end, as they measure without
-        passing it (Note [Slices]); None without turns."""
-        return self.take_turn if self.turn else None
-
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Any:
-        """A test that took a turn (its ranks too, through :attr:`lent`) gives it back once
-        it, and its teardown, ended; then waits until the other process of the pair has
-        measured the same."""
+        """A test that took a turn gives it back once it, and its teardown, ended; then waits
+        until the other process of the pair has measured the same. A test run in ranks of its
+        own takes the turn before they start and holds it until they end: they measure
+        without passing it, and the other process's ranks would measure beside them (Note
+        [Slices])."""
+        if markers.runs_in_ranks(item):
+            self.take_turn()
         try:
             return (yield)
         finally:

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,15 +87,8 @@ def _signal_group(handler: Any, sig: signal.Signals) -> None:
         handler.close(death_sig=sig)
 
 
-def watch(
-    item: pytest.Item,
-    ranks: Ranks,
-    asked: Spec,
-    deadline: float,
-    between: Callable[[], None] = lambda: None,
-) -> list[RankRun]:
-    """Wait for every rank, or for the first failure or the deadline; collect what they left.
-    ``between`` runs between two looks at the ranks (:meth:`.turns.Lender.lend`)."""
+def watch(item: pytest.Item, ranks: Ranks, asked: Spec, deadline: float) -> list[RankRun]:
+    """Wait for every rank, or for the first failure or the deadline; collect what they left."""
     procs = ranks.procs
     workdir = ranks.workdir
     stopped = None
@@ -113,7 +106,6 @@ def watch(
         if stopped:
             _ask_for_stacks(procs)
             break
-        between()
         time.sleep(0.05)
     runs = []
     for rank, proc in procs.items():

@@ -53,23 +53,17 @@ from .spec import (
     spec,
     too_many_ranks,
 )
-from .turns import Lender
 
 
 def spawn_protocol(
-    item: pytest.Item,
-    nextitem: pytest.Item | None,
-    budget: Callable[[str], float],
-    take_turn: Callable[[], None] | None = None,
+    item: pytest.Item, nextitem: pytest.Item | None, budget: Callable[[str], float]
 ) -> bool | None:
     """Run a distributed test in ranks of its own, or a test needing more GPUs than this xdist
     worker has in a process of its own on leased GPUs, and log the merged reports; None for
     the other tests, and in a process that is a rank already.
 
     ``budget(test id)``: the seconds of rounds a benchmark gets in one process, which the
-    ranks are told (passed in by the plugin: the bench layer decides it). ``take_turn``: in a
-    process of a pair, how it takes its turn to measure, which it lends to the ranks (Note
-    [Slices])."""
+    ranks are told (passed in by the plugin: the bench layer decides it)."""
     if launch(item.config) is not None:
         return None
     asked = spec(item)
@@ -90,10 +84,9 @@ def spawn_protocol(
     elif leased:
         with share.lease(need) as chosen:  # type: ignore[union-attr]
             apart = asked or Spec(1, "gloo", math.inf)
-            group = asked is not None
-            reports = run_spawned(item, apart, budget, chosen, group=group, take_turn=take_turn)
+            reports = run_spawned(item, apart, budget, chosen, group=asked is not None)
     else:
-        reports = run_spawned(item, asked, budget, take_turn=take_turn)  # type: ignore[arg-type]
+        reports = run_spawned(item, asked, budget)  # type: ignore[arg-type]
     for report in reports:
         item.ihook.pytest_runtest_logreport(report=report)
     _tear_down_before(item, nextitem)
@@ -118,20 +111,17 @@ def run_spawned(
     budget: Callable[[str], float],
     visible: Sequence[str] | None = None,
     group: bool = True,
-    take_turn: Callable[[], None] | None = None,
 ) -> list[pytest.TestReport]:
     """Run ``item`` in ``asked.world_size`` fresh ranks and merge what they reported.
 
     ``visible``: the GPUs the ranks may see (leased ones); ``group``: whether they form a
-    process group (not for a plain test run apart on leased GPUs); ``take_turn``: the pair's
-    turn, lent to the first rank that asks for it (:mod:`.turns`). However this ends (Ctrl-C
+    process group (not for a plain test run apart on leased GPUs). However this ends (Ctrl-C
     included), no rank is left running and the ranks' directory is removed.
     """
     from torch.distributed import TCPStore
 
     deadline = time.monotonic() + asked.timeout  # starting the ranks is part of the test
     ranks = Ranks(Path(tempfile.mkdtemp(prefix="pytest-hpml-ranks-")))
-    lender = Lender(ranks.workdir, take_turn)
     try:
         store = TCPStore("127.0.0.1", 0, asked.world_size, True, wait_for_workers=False)
         bench_time = budget(item.nodeid)
@@ -142,9 +132,8 @@ def run_spawned(
             if visible is not None:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(visible)
             env[GROUP_ENV] = "1" if group else "0"
-            env.update(lender.env())
             ranks.start(rank, _rank_args(item.config, ranks.workdir, rank), env)
-        return merge(item, watch(item, ranks, asked, deadline, between=lender.lend))
+        return merge(item, watch(item, ranks, asked, deadline))
     finally:
         ranks.close()
         shutil.rmtree(ranks.workdir, ignore_errors=True)
