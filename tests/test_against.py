@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_hpml.bench.sides import Pairs, Side
 from pytest_hpml.verdict import stats
 from tests.conftest import (
     BENCH_TIME,
@@ -188,6 +189,20 @@ def test_hopeless(benchmark):
 """
 
 
+def test_the_pairs_say_how_many_were_unsettled_at_the_cap_and_how_many_let_go_earlier() -> None:
+    """A benchmark let go at a look counts among the settled at the cap's look (Note [Adaptive
+    pairs]): the summary names it apart from the ones the cap left unsettled."""
+    side = Side("base", Path("."), "0" * 12, sys.executable)
+    found = Pairs(side, side, measured=[{}] * 5, cap=5, benchmarks=3, looks=[(3, 2), (5, 2)])
+    assert found.stopped() == "1 of 3 unsettled at the cap of 5"
+    found.hopeless.add("test_inner.py::test_hopeless")
+    assert found.stopped() == (
+        "1 of 3 unsettled at the cap of 5; 1 more let go earlier: it would not settle them"
+    )
+    found.looks[-1] = (5, 3)
+    assert found.stopped() == ""  # none unsettled at the cap: nothing to say
+
+
 def test_settled_benchmarks_stop_and_the_others_run_to_the_cap(repo: Project) -> None:
     """test_timed (10x the work) is settled at the first look; test_spread, whose processes
     spread 8% on each side, is not, and the two pairs after it measure it alone, up to the cap
@@ -214,7 +229,7 @@ def test_settled_benchmarks_stop_and_the_others_run_to_the_cap(repo: Project) ->
     )
     assert against["looks"][-1] == [5, 2 + settled], out
     if not settled:
-        let_go = "1 of 3 unsettled at the cap of 5; 1 more let go before it would not settle them"
+        let_go = "1 of 3 unsettled at the cap of 5; 1 more let go earlier: it would not settle them"
         assert let_go in out, out
     processes: dict[str, set[str]] = {}
     for line in (repo.path / "ran.txt").read_text().splitlines():

@@ -93,7 +93,7 @@ class Pairs:
             stopped = f"{benchmarks - settled} of {benchmarks} unsettled at the cap of {self.cap}"
             if not self.hopeless:
                 return stopped
-            return f"{stopped}; {len(self.hopeless)} more let go before it would not settle them"
+            return f"{stopped}; {len(self.hopeless)} more let go earlier: it would not settle them"
         return ""
 
     def runs(self, test: str, name: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
