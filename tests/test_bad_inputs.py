@@ -955,6 +955,16 @@ SHOWN: list[Case] = [
 CASES = [*OPTIONS, *ARGUMENTS, *CALLS, *READ, *WRITTEN, *ENVIRONMENT, *SHOWN]
 
 
+@pytest.fixture(autouse=True)
+def kept_apart(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The temporary directory of each run started here, one of the test's own: the results
+    that a run whose write failed keeps there (``report.files.keep``) stay with the test, not
+    in the machine's temporary directory, where every run of this module left a few."""
+    directory = tmp_path_factory.mktemp("tmp")
+    monkeypatch.setenv("TMPDIR", str(directory))
+    return directory
+
+
 def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
     """Every regular file under ``root``: its bytes and permission bits."""
     found = {}
@@ -1028,7 +1038,7 @@ def test_a_report_written_to_a_device_leaves_it_a_device(
 
 
 def test_appending_to_an_unusable_record_keeps_file_and_measurements(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, kept_apart: Path
 ) -> None:
     """A stored time whose earlier runs are not a list: appending to it said "recorded" and the
     next comparison rejected the file; now the file is left as it was, the run fails naming
@@ -1048,6 +1058,10 @@ def test_appending_to_an_unusable_record_keeps_file_and_measurements(
         ': entries["test_bench.py::test_sum"]["time"]: processes and earlier must be lists of '
         "process runs: earlier is not a list; nothing can be appended to it"
     )
-    kept = r".*\(not overwritten\); the measurements are kept in /\S+\.json"
-    assert re.search(f"hpml: ERROR baseline file \\S+{said}{kept}", result.stdout.str())
+    kept = r".*\(not overwritten\); the measurements are kept in (/\S+\.json)"
+    found = re.search(f"hpml: ERROR baseline file \\S+{said}{kept}", result.stdout.str())
+    assert found, result.stdout.str()
     assert path.read_bytes() == before
+    measured = json.loads(Path(found.group(1)).read_text())  # kept in this test's directory
+    assert Path(found.group(1)).parent == kept_apart
+    assert [r["test"] for r in measured["results"]] == ["test_bench.py::test_sum"]
