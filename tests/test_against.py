@@ -186,6 +186,7 @@ def test_spread(benchmark):
 def test_hopeless(benchmark):
     ran("hopeless")
     benchmark(time.sleep, PAUSE)
+    benchmark.record("sleeps", 1, tolerance=0.5)  # no interval: never "not measured beyond"
 """
 
 
@@ -220,6 +221,7 @@ def test_settled_benchmarks_stop_and_the_others_run_to_the_cap(repo: Project) ->
     hopeless = next(r for r in report["results"] if r["test"].endswith("::test_hopeless"))
     reason = hopeless["verdicts"]["time"]["reason"]
     assert "not measured beyond 3 pairs: at this spread, 5 would not settle it either" in reason
+    assert "not measured beyond" not in hopeless["verdicts"]["sleeps"]["reason"], out
     assert ", or (a pass; 1 here) once its interval, narrowed as the cap's pairs" in out
     # the cap's look counts test_hopeless, let go at the first, among the settled, as the first
     # did; test_spread is settled there too where its 5 pairs fit its interval in 8%

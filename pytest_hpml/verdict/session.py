@@ -206,7 +206,9 @@ class Verdicts:
         verdicts = {}
         for name, record in metrics.items():
             verdict = self._against(result, name, record, self.pairs)
-            if result["test"] in self.pairs.hopeless and not stats.settled(verdict):
+            # only a time or rate is judged on the pairs: a recorded value has no interval
+            let_go = result["test"] in self.pairs.hopeless and is_sampled(record)
+            if let_go and not stats.settled(verdict):
                 reason = (
                     f"{verdict.reason}; not measured beyond {len(verdict.pairs or ())} pairs: "
                     f"at this spread, {self.pairs.cap} would not settle it either"
