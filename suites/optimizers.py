@@ -53,7 +53,7 @@ class Rule(Optimizer):
         decay = group.get("weight_decay", 0.0)
         if decay and not self.decoupled_weight_decay:
             # rounded once, as torch.optim adds it: where the decay nearly cancels a maximized
-            # gradient, rounding λθ first left RMSprop's momentum 26 float32 steps off torch's
+            # gradient, rounding λθ first left RMSprop's momentum 43 float32 steps off torch's
             grad = grad.add(param, alpha=decay)
         return grad
 
