@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from pytest_hpml.bench.measure import Plan, measure, synchronizer
+from pytest_hpml.bench.measure import LONG_CALL, Plan, measure, synchronizer
 from pytest_hpml.bench.reference import Reference
 
 SYNC_SECONDS = 0.002
@@ -45,7 +45,19 @@ def test_every_timed_round_includes_the_device_synchronization() -> None:
     assert s.iterations == 1  # one call already lasts longer than a round needs
     assert len(s.samples) == 6
     assert min(s.samples) >= SYNC_SECONDS
-    # one synchronization per timed batch: first call, warm-up, the calibration round, each round
+    # one synchronization per timed batch: first call, warm-up, each round; a call of 2 ms lasts
+    # LONG_CALL rounds of pytest-benchmark's 5 us or more, so none is timed to calibrate
+    assert LONG_CALL * Plan.round_time <= SYNC_SECONDS
+    assert sync.calls == 1 + s.warmup_calls + len(s.samples)
+
+
+def test_a_call_of_fewer_than_long_call_rounds_is_timed_to_calibrate() -> None:
+    sync = SlowSync()
+    plan = Plan(sync=sync, rounds=6, warmup_rounds=2, round_time=SYNC_SECONDS / 10)
+    series, _ = measure({"t": lambda: None}, plan)
+    s = series["t"]
+    assert s.iterations == 1
+    # first call, warm-up, the calibration round (a call lasts 10 rounds), each round
     assert sync.calls == 1 + s.warmup_calls + 1 + len(s.samples)
 
 

@@ -30,11 +30,11 @@ __tracebackhide__ = users_error
 def time_metric(
     series: Series, budget: float | None = None, state: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """``budget``: the seconds of rounds this process was given (None: a fixed schedule);
-    ``state``: torch's, while the rounds ran (Note [Torch state])."""
+    """``budget``: the seconds of rounds this process was given (None or 0: a fixed schedule,
+    0 being one sample); ``state``: torch's, while the rounds ran (Note [Torch state])."""
     return metrics.Time(
         "s",
-        budget=budget,
+        budget=budget or None,
         samples=series.samples,
         cpu_samples=series.cpu_samples or None,
         reference=series.reference,

@@ -36,7 +36,8 @@ class Peaks(NamedTuple):
 class BenchSession(NamedTuple):
     """The benchmark fixture's collaborators, set up by the plugin."""
 
-    budget: Callable[[str], float]  # seconds of rounds for a test id, in this process
+    # seconds of rounds for a test id, in this process; 0: one sample (measure.ONE_SAMPLE)
+    budget: Callable[[str], float]
     reference: Callable[[Any, Callable[[], None]], Any]  # (device, sync) -> reference workload
     threads: int | None = None  # torch's intra-op threads while measuring; None: leave them
     seed: int = 0  # random, numpy and torch seeded with it before each measurement
@@ -70,7 +71,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     """
     from ..hardware.torch_state import TorchState
     from .benchmark import HpmlBenchmark
-    from .measure import Plan, users_error
+    from .measure import ONE_SAMPLE, Plan, users_error
 
     __tracebackhide__ = users_error  # a test's own failure at teardown shows the test's code
     _compat.check_pytest_benchmark()
@@ -80,8 +81,9 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     state.start()
     try:
         settings = markers.bench_settings(request.node.get_closest_marker("hpml_bench"))
+        budget = given.budget(request.node.nodeid)
         plan = Plan(
-            budget=given.budget(request.node.nodeid),
+            budget=budget,
             min_rounds=_compat.min_rounds(benchmark),
             round_time=_round_time(benchmark, device),
             calibrate=_calibration(benchmark, device),
@@ -92,6 +94,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
             between=given.pass_turn,
             slice=given.slice,
             **torch_parts(given, device),
+            **(ONE_SAMPLE if budget == 0 else {}),
         )
         value = HpmlBenchmark.adopt(
             benchmark,

@@ -80,6 +80,13 @@ class Series:
 # moves by more than processes differ (Note [Samples and rounds]).
 ENOUGH_SAMPLES = 300
 MIN_SAMPLES = 5  # fewer than this are judged inconclusive
+# A budget of 0 s: the first call and one sample of one call, no warm-up. A run that only
+# checks that its benchmarks work gets it: the session of --hpml-against, whose pairs of
+# processes measure (Note [Cheaper processes]).
+ONE_SAMPLE: dict[str, int] = {"rounds": 1, "warmup_rounds": 0, "iterations": 1}
+# A call whose warm-up lasted this many rounds makes a round by itself: pytest-benchmark's
+# calibration, asked, would time it once more only to choose one call (Note [Samples and rounds]).
+LONG_CALL = 100
 
 
 @dataclass
@@ -191,17 +198,29 @@ def _calibrate(plan: Plan, fn: Callable[[], Any], s: Series, warm: list[float]) 
     sample (a sample lasts ``min_round_time``); a fixed schedule keeps one round a sample.
     ``plan.calibrate`` (pytest-benchmark's own calibration) chooses the calls where given;
     else a round is timed and lengthened until it lasts long enough, as pytest-benchmark does:
-    the time of one call alone overstates a short call by the clock's own cost."""
-    estimate = max(min(warm[-3:], default=0.0) or _timed(plan, fn, 1)[0], 1e-9)
-    if plan.calibrate is not None and plan.iterations is None:
-        s.iterations = plan.calibrate(fn)
-        estimate = max(_timed(plan, fn, s.iterations)[0] / s.iterations, 1e-9)
-    elif plan.iterations is not None:
+    the time of one call alone overstates a short call by the clock's own cost. A call whose
+    warm-up lasted :data:`LONG_CALL` rounds is one call a round, without timing it again
+    (Note [Samples and rounds])."""
+    fastest = min(warm[-3:], default=0.0)  # seconds a call; 0: not warmed up
+    if plan.iterations is not None:
         s.iterations = plan.iterations
+        if plan.rounds is not None:  # a fixed schedule: a round a sample, nothing to estimate
+            return
+    elif fastest >= LONG_CALL * plan.round_time:
+        s.iterations = 1
+    elif plan.calibrate is not None:
+        s.iterations = plan.calibrate(fn)
+        fastest = _timed(plan, fn, s.iterations)[0] / s.iterations
     else:
-        s.iterations, estimate = _lengthened(plan, fn, estimate)
+        s.iterations, fastest = _lengthened(plan, fn, _call_time(plan, fn, fastest))
     if plan.rounds is None:
+        estimate = _call_time(plan, fn, fastest)
         s.rounds_per_sample = max(1, math.ceil(plan.min_round_time / (s.iterations * estimate)))
+
+
+def _call_time(plan: Plan, fn: Callable[[], Any], known: float) -> float:
+    """``known`` seconds a call, else one call timed now."""
+    return max(known or _timed(plan, fn, 1)[0], 1e-9)
 
 
 def _lengthened(plan: Plan, fn: Callable[[], Any], estimate: float) -> tuple[int, float]:

@@ -145,11 +145,13 @@ class Verdicts:
     def budget(self, test: str) -> float:
         """Seconds of rounds for ``test`` in this process: what a parent process set; else all
         of --hpml-bench-time when it is measured here alone; else the share of one of a
-        comparison's processes, which a recording process gets too."""
+        comparison's processes, which a recording process gets too. With --hpml-against, 0:
+        this run only checks that it works, the pairs measure (one sample, Note [Cheaper
+        processes])."""
         if self.duty.bench_time is not None:
             return self.duty.bench_time
-        if self.settings.against:  # this run only checks that it works: the pairs measure
-            return self.settings.bench_time / (2 * self.settings.pairs)
+        if self.settings.against:
+            return 0.0
         if self.processes_for(test) == 1:
             return self.settings.bench_time
         return self.settings.bench_time / self.settings.processes
