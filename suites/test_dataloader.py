@@ -458,8 +458,9 @@ def test_a_worker_killed_from_outside_is_reported_not_waited_for() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Benchmarks. Each measures whole epochs over small datasets; persistent workers are started
-# and warmed up by one epoch outside the measured rounds, so what is timed is an epoch of
-# loading (and, with workers, of batches crossing between processes), not process start-up.
+# by the benchmark's first call, which is reported apart from the rounds, and warmed up by its
+# warm-up, so what is timed is an epoch of loading (and, with workers, of batches crossing
+# between processes), not process start-up. Every call checks that its epoch lost no sample.
 # Every epoch runs this process with one thread, as each worker has: N processes of one thread
 # against one. (With torch's 2 threads, the augmentations in this process took ~10x longer on
 # the loaded 2-core VM: OpenMP threads waiting on each other, not loading.)
@@ -493,9 +494,11 @@ def worker_counts(config: pytest.Config, *counts: int) -> list[int]:
     return sorted({*counts, *hpml_settings(config).workers})
 
 
-def one_thread_epoch(loader: DataLoader, device: torch.device | None = None) -> Callable[[], int]:
+def one_thread_epoch(
+    name: str, loader: DataLoader, samples: int, device: torch.device | None = None
+) -> Callable[[], int]:
     """One epoch over ``loader`` (to ``device``, asynchronously from pinned batches), with this
-    process on one thread; returns the samples seen."""
+    process on one thread; fails unless it yielded ``samples``, and returns them."""
 
     def epoch() -> int:
         seen = 0
@@ -504,6 +507,7 @@ def one_thread_epoch(loader: DataLoader, device: torch.device | None = None) -> 
                 if device is not None:
                     x = x.to(device, non_blocking=loader.pin_memory)
                 seen += len(x)
+        assert seen == samples, f"{name}: an epoch yielded {seen} of its {samples} samples"
         return seen
 
     return epoch
@@ -516,12 +520,13 @@ def measure_loaders(
     epoch_samples: int,
     device: torch.device | None = None,
 ) -> dict[str, Any]:
-    """Warm every loader up (starting its persistent workers), measure their epochs as
-    variants with samples/s of each; stops the workers whatever happens."""
+    """Measure the loaders' epochs as variants (the first call starts persistent workers),
+    with samples/s of each; stops the workers whatever happens."""
     try:
-        epochs = {name: one_thread_epoch(loader, device) for name, loader in loaders.items()}
-        for name, epoch in epochs.items():
-            assert epoch() == epoch_samples, f"{name}: an epoch lost samples"
+        epochs = {
+            name: one_thread_epoch(name, loader, epoch_samples, device)
+            for name, loader in loaders.items()
+        }
         # An epoch per call: throughput[name] in samples/s, judged like the times.
         benchmark.track(batch_size=epoch_samples)
         return benchmark.variants(epochs, baseline=baseline, tolerance=SPEEDUP_TOLERANCE)
