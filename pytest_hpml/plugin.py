@@ -8,6 +8,7 @@ hook that has work for it (Note [Start-up cost] in docs/notes.md). torch is neve
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Generator
@@ -33,14 +34,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    """A process asked to measure again ends quickly, and arranges it before any conftest can
-    import torch (Note [Cheaper processes])."""
-    from .config.role import RERUN_ENV
+    """A process asked to measure again, or a spawned rank, ends quickly, and arranges it
+    before any conftest can import torch (Note [Cheaper processes])."""
+    from .config import role
 
-    if RERUN_ENV in os.environ:
-        from .bench import reruns
-
-        reruns.end_quickly()
+    if role.RERUN_ENV in os.environ:
+        role.end_quickly()
 
 
 @pytest.hookimpl
@@ -184,10 +183,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return None
     if item.config.pluginmanager.has_plugin("hpml-gpu-share"):
         return None
+    from .bench.sides import rank_forker
     from .distributed.spawn import spawn_protocol
     from .verdict.session import verdicts
 
-    return spawn_protocol(item, nextitem, budget=verdicts(item.config).budget)
+    forker = functools.partial(rank_forker, item.config)
+    return spawn_protocol(item, nextitem, budget=verdicts(item.config).budget, forker=forker)
 
 
 @pytest.hookimpl(tryfirst=True)

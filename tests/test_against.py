@@ -319,12 +319,15 @@ def test_the_processes_of_a_pair_start_together_and_measure_in_turn(
             assert max(one[5][-1][1], other[5][-1][1]) <= min(one[4][0][0], other[4][0][0])
 
 
-# A distributed benchmark whose ranks each write when they began and ended it, and which
-# process started them.
+# A distributed benchmark whose ranks each write when they began and ended it, which start of
+# ranks they belong to (their directory), and whether torch came with the process.
 RANKS = """
 import json
 import os
+import sys
 import time
+
+PRELOADED = "torch" in sys.modules
 
 import pytest
 import torch
@@ -335,8 +338,9 @@ def test_ranks(rank, benchmark):
     x = torch.randn(64, 64)
     began = time.time()
     benchmark(lambda: x @ x)
+    started = os.path.dirname(os.environ["HPML_RANK_RESULT"])
     with open(os.environ["TIMELINE"], "a") as out:
-        out.write(json.dumps([os.getppid(), began, time.time()]) + "\\n")
+        out.write(json.dumps([started, began, time.time(), PRELOADED]) + "\\n")
 """
 
 
@@ -345,7 +349,8 @@ def test_the_ranks_of_a_distributed_benchmark_measure_in_their_sides_turn(
 ) -> None:
     """Ranks cannot pass a turn slice by slice: the process of a pair that starts them holds
     its turn until they have ended, so that no two processes' ranks measure at once (Note
-    [Slices])."""
+    [Slices]). The fork server forks them, torch imported, for the session and for each
+    process of the pairs (Note [Fork server])."""
     timeline = tmp_path / "timeline.txt"
     repo.monkeypatch.setenv("TIMELINE", str(timeline))
     committed(repo, test_inner=RANKS)
@@ -353,11 +358,14 @@ def test_the_ranks_of_a_distributed_benchmark_measure_in_their_sides_turn(
         "--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=2", TIMES_UNJUDGED
     )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    spans: dict[int, list[float]] = {}  # by the process that started the ranks
-    for parent, began, ended in map(json.loads, timeline.read_text().splitlines()):
-        low, high = spans.setdefault(parent, [began, ended])
-        spans[parent] = [min(low, began), max(high, ended)]
+    spans: dict[str, list[float]] = {}  # by the start of ranks they belong to
+    lines = [json.loads(line) for line in timeline.read_text().splitlines()]
+    for started, began, ended, _ in lines:
+        low, high = spans.setdefault(started, [began, ended])
+        spans[started] = [min(low, began), max(high, ended)]
     assert len(spans) == 5, spans  # the session's ranks, and each process's of 2 pairs
+    assert len(lines) == 10
+    assert all(preloaded for *_, preloaded in lines), lines
     ordered = sorted(spans.values())
     for (_, ended), (began, _) in zip(ordered, ordered[1:]):
         assert ended <= began, ordered

@@ -125,6 +125,59 @@ def test_a_spawned_rank_collects_only_the_file_of_its_test_and_ends_before_its_s
     assert len((project.path / "summaries.txt").read_text().split()) == 1
 
 
+# A distributed test whose ranks note, in a file of their own, that their exit handlers ran.
+ENDS = """
+import atexit
+import os
+
+import pytest
+import torch.distributed as dist
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def said(what, rank, open=open, join=os.path.join):  # kept: a teardown may remove the names
+    with open(join(HERE, f"ends{rank}.txt"), "a") as out:
+        out.write(what + "\\n")
+
+
+@pytest.mark.distributed(world_size=2)
+def test_ends(rank):
+    atexit.register(said, "exit-handler", rank)
+    dist.barrier()
+"""
+# Imported as every interpreter of the run starts (on PYTHONPATH, which pytester sets to the
+# project): an exit handler registered before pytest runs, hence the last to run, which an
+# interpreter that ends as Python does runs and one that skips its teardown does not.
+LAST_HANDLER = """
+import atexit
+import os
+
+
+def last(rank=os.environ.get("RANK", "controller"), open=open):
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "last.txt"), "a") as out:
+        out.write(rank + "\\n")
+
+
+atexit.register(last)
+"""
+
+
+def test_a_spawned_rank_runs_every_exit_handler_and_skips_the_teardown(
+    project: Project,
+) -> None:
+    """Once its reports are written, a spawned rank ends as a measuring process does: the
+    exit handlers registered once pytest runs (the test's own too) run, and then it ends
+    without tearing its interpreter down (Note [Cheaper processes])."""
+    _project(project, ENDS)
+    project.pytester.makepyfile(sitecustomize=LAST_HANDLER)
+    result = project.run_subprocess()
+    result.assert_outcomes(passed=1)
+    for rank in (0, 1):
+        assert (project.path / f"ends{rank}.txt").read_text().split() == ["exit-handler"]
+    assert (project.path / "last.txt").read_text().split() == ["controller"]
+
+
 def test_a_rank_that_raises_fails_the_test_promptly_with_its_traceback(project: Project) -> None:
     out = _fails_alone(
         project,

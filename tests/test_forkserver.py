@@ -11,7 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -444,3 +444,61 @@ def test_a_server_started_by_a_look_for_torch_ends_where_the_collection_never_im
     assert len(runs) == 6, result.stdout.str()
     assert all(started != "-c" and not torch for started, torch in runs), runs
     assert still_running(collecting) == []
+
+
+# Run as ``python -c`` with the server's address, pid and interpreter: asks the server, as a
+# process of the pairs does, for a process that writes its pid and waits; then waits itself.
+ASKS = """
+import os, sys, time
+from pytest_hpml.bench.forkserver import Client
+
+address, pid, python, tree, out = sys.argv[1:6]
+with open(out, "w") as log:
+    env = {**os.environ, "PYTHONPATH": tree}
+    fd = log.fileno()
+    client = Client(address, int(pid), python)  # kept: its connection is what it asked for
+    child = client.popen(
+        [python, "-m", "waits"], cwd=tree, env=env, output=(fd, fd), session=True
+    )
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_what_a_connected_process_asked_for_ends_with_it(server: Server, tree: Path) -> None:
+    """A process of the pairs asks the server for ranks on a connection of its own: each
+    comes in a session of its own, writes where it was told to, and is killed once the
+    process that asked ends, however it ends (here SIGKILL)."""
+    (tree / "tree" / "waits.py").write_text(
+        "import os, time\nprint('up', os.getpid(), flush=True)\ntime.sleep(60)\n"
+    )
+    assert server.ready()
+    assert server.address
+    log = tree / "out.txt"
+    where = [server.address, str(server.pid), server.python, str(tree / "tree"), str(log)]
+    asking = subprocess.Popen(
+        [sys.executable, "-c", ASKS, *where], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        forked = int(asking.stdout.readline())  # type: ignore[union-attr]
+        up = _waited_for(lambda: log.read_text())
+        assert up == f"up {forked}\n"
+        assert os.getpgid(forked) == forked  # the leader of a group of its own
+        with open(f"/proc/{forked}/stat") as stat:
+            assert int(stat.read().rsplit(")", 1)[1].split()[1]) == server.pid  # its parent
+    finally:
+        asking.kill()
+        asking.wait()
+        asking.stdout.close()  # type: ignore[union-attr]
+    assert _waited_for(lambda: still_running([forked]) == [])
+    assert server.ready()  # and the server serves on
+
+
+def _waited_for(value: Any, seconds: float = 30.0) -> Any:
+    """``value()`` once it is true (polled), or its last value after ``seconds``."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not (found := value()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return found

@@ -101,6 +101,7 @@ class Server:
         self._ended = False
         self.modules = list(modules)
         self.why = ""  # why it is not used, once known
+        self.address = ""  # the abstract socket its Clients connect to, once ready
         self.declined = ""  # why it did not keep the libraries it was given, if it did not
         self._listed: Any = None  # the file naming them, kept until it ends
         self._errors = tempfile.TemporaryFile()  # noqa: SIM115 - open as long as the server
@@ -133,6 +134,10 @@ class Server:
             if not self._ready:
                 self._end()
             return self._ready
+
+    def where(self) -> dict[str, Any]:
+        """How a process it forked reaches it for ranks (:class:`Client`)."""
+        return {"address": self.address, "pid": self.pid, "python": self.python}
 
     def load(self, modules: Sequence[str]) -> None:
         """Have it import ``modules`` too, those it has not, before it forks anything; asked
@@ -178,6 +183,8 @@ class Server:
             # the process that forks now (one forked from it, with the libraries): the parent
             # each of its processes checks for and dies with
             self.pid = answer.get("pid", self.pid)
+            # where the processes of the pairs ask it for ranks ("": nowhere)
+            self.address = answer.get("address", self.address)
             self.declined = answer.get("libraries", self.declined)
             return True
         if isinstance(answer, dict):
@@ -201,35 +208,16 @@ class Server:
         cwd: str | os.PathLike[str],
         env: dict[str, str],
         pass_fds: Sequence[int] = (),
+        output: tuple[int, int] | None = None,
+        session: bool = False,
     ) -> Forked:
         """``command``, ``[python, "-m", module, *args]`` of the server's interpreter, as a
         process forked by the server; its output captured, as ``subprocess.Popen`` with
-        ``stdout=PIPE, stderr=PIPE`` would."""
-        python, dash_m, module, *args = command
-        if python != self.python or dash_m != "-m" or not self.ready():
+        ``stdout=PIPE, stderr=PIPE`` would, or written to ``output`` (two descriptors);
+        ``session``: in a session of its own (``start_new_session``)."""
+        if list(command[:1]) != [self.python] or not self.ready():
             raise OSError(f"the fork server cannot run {command[:3]}: {self.why}")
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        status_r, status_w = os.pipe()
-        request = {"module": module, "args": args, "cwd": str(cwd), "env": env}
-        request["fds"] = list(pass_fds)
-        try:
-            with self._lock:
-                socket.send_fds(
-                    self._socket,
-                    [json.dumps(request).encode()],
-                    [out_w, err_w, *pass_fds, status_w],
-                )
-                answer = self._socket.recv(MESSAGE)
-            pid = json.loads(answer)["pid"]
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            for end in (out_r, err_r, status_r):
-                os.close(end)
-            raise OSError(f"the fork server did not start a process ({error})") from error
-        finally:
-            for end in (out_w, err_w, status_w):
-                os.close(end)
-        return Forked(list(command), pid, out_r, err_r, status_r)
+        return _fork(self._socket, self._lock, command, cwd, env, pass_fds, output, session)
 
     def close(self) -> None:
         """End the server (its processes end with it); safe to call twice."""
@@ -253,8 +241,80 @@ class Server:
         self._errors.close()
 
 
+class Client:
+    """The fork server as a process of the pairs asks it for processes (a distributed test's
+    ranks), on a connection of its own: what it asked for is killed once the connection
+    closes, as this process ends (Note [Fork server])."""
+
+    def __init__(self, address: str, pid: int, python: str) -> None:
+        self.address, self.pid, self.python = address, pid, python
+        self._socket: socket.socket | None = None
+        self._lock = threading.Lock()
+
+    def popen(
+        self,
+        command: Sequence[str],
+        *,
+        cwd: str | os.PathLike[str],
+        env: dict[str, str],
+        output: tuple[int, int] | None = None,
+        session: bool = False,
+    ) -> Forked:
+        """As :meth:`Server.popen`; ``OSError`` where the server cannot be reached."""
+        if list(command[:1]) != [self.python]:
+            raise OSError(f"the fork server cannot run {command[:1]}")
+        with self._lock:
+            if self._socket is None:
+                connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                try:
+                    connection.connect("\0" + self.address)
+                except OSError:
+                    connection.close()
+                    raise
+                self._socket = connection
+        return _fork(self._socket, self._lock, command, cwd, env, (), output, session)
+
+
+def _fork(
+    sock: socket.socket,
+    lock: threading.Lock,
+    command: Sequence[str],
+    cwd: str | os.PathLike[str],
+    env: dict[str, str],
+    pass_fds: Sequence[int],
+    output: tuple[int, int] | None,
+    session: bool,
+) -> Forked:
+    """Ask the server on ``sock`` to fork ``command`` (``[python, "-m", module, *args]``)."""
+    _, dash_m, module, *args = command
+    if dash_m != "-m":
+        raise OSError(f"the fork server runs modules only, not {command[:3]}")
+    pipes = [os.pipe(), os.pipe()] if output is None else []
+    out_w, err_w = output or (pipes[0][1], pipes[1][1])
+    status_r, status_w = os.pipe()
+    request = {"module": module, "args": args, "cwd": str(cwd), "env": env}
+    request.update(fds=list(pass_fds), session=session)
+    try:
+        with lock:
+            socket.send_fds(
+                sock, [json.dumps(request).encode()], [out_w, err_w, *pass_fds, status_w]
+            )
+            answer = sock.recv(MESSAGE)
+        pid = json.loads(answer)["pid"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        for end in [status_r, *(read for read, _ in pipes)]:
+            os.close(end)
+        raise OSError(f"the fork server did not start a process ({error})") from error
+    finally:
+        for end in [status_w, *(write for _, write in pipes)]:
+            os.close(end)
+    out_r, err_r = (pipes[0][0], pipes[1][0]) if pipes else (-1, -1)
+    return Forked(list(command), pid, out_r, err_r, status_r)
+
+
 class Forked:
-    """A process the server forked, as ``subprocess.Popen`` shows one (text output)."""
+    """A process the server forked, as ``subprocess.Popen`` shows one (text output; with its
+    output written elsewhere, its descriptors are -1 and nothing is read)."""
 
     def __init__(self, args: list[str], pid: int, out: int, err: int, status: int):
         self.args = args
@@ -276,6 +336,11 @@ class Forked:
         if kind is None:
             self.wait()
         _close(self._status)
+
+    def release(self) -> None:
+        """Close what this process holds of it (its pipes), once it has ended or no one waits."""
+        for end in (self._out, self._err, self._status):
+            _close(end)
 
     def communicate(self) -> tuple[str, str]:
         """Its output, read to the end of both pipes, once it has ended."""

@@ -11,6 +11,11 @@ process, which becomes ``python -m pytest ARGS`` as a fresh interpreter started 
 request's directory and environment would be, with its output and the descriptors it is given
 at the numbers the request names. Each process's exit status is written to the status pipe
 that came with its request.
+
+The processes of the pairs ask it for processes too (a distributed test's ranks), each on a
+connection of its own to an abstract socket (Linux) whose name the first answer gives: what
+a connection asked for is killed, with its process group, once the connection closes, as the
+process that asked ends however it ends.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 
 MESSAGE = 1 << 20  # bytes a request may take
@@ -39,7 +45,10 @@ def main() -> None:
     interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)
     modules, entries = json.loads(sys.argv[3]), json.loads(sys.argv[4])
     shadowed = _load(modules, entries)
-    sock.send(json.dumps({"ready": not shadowed, "shadowed": shadowed}).encode())
+    listener = _listener()
+    address = listener.getsockname()[1:].decode() if listener else ""
+    answer = {"ready": not shadowed, "shadowed": shadowed, "address": address}
+    sock.send(json.dumps(answer).encode())
     if shadowed:
         return
     prefix = _started_path()
@@ -49,11 +58,18 @@ def main() -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select() through wake_r
     children: dict[int, int] = {}  # pid -> its status pipe
+    clients: dict[socket.socket, set[int]] = {}  # a connection -> the pids it asked for
     while True:
-        readable, _, _ = select.select([sock, wake_r], [], [])
+        waited = [sock, wake_r, *clients, *([listener] if listener else [])]
+        readable, _, _ = select.select(waited, [], [])
         if wake_r in readable:
             os.read(wake_r, 512)
-        _reap(children)
+        _reap(children, clients)
+        if listener in readable:
+            _accept(listener, clients)
+        for client in [c for c in clients if c in readable]:
+            mine = (wake_r, wake_w, sock, listener)
+            _serve(client, children, clients, mine, (prefix, interrupt))
         if sock in readable:
             message, fds, _, _ = socket.recv_fds(sock, MESSAGE, 64)
             if not message:  # the controller closed its end: the run is over
@@ -70,23 +86,89 @@ def main() -> None:
                 if _libraries(request["libraries"], entries, sock):
                     gc.freeze()  # this is the process that serves now
                 continue
-            pid = os.fork()
+            pid = _fork(request, fds, children, (wake_r, wake_w, sock, listener, *clients))
             if pid == 0:
-                for end in (wake_r, wake_w):
-                    os.close(end)
-                _become(request, fds, sock, (prefix, interrupt))  # never returns
-            for fd in fds[:-1]:
-                os.close(fd)
-            children[pid] = fds[-1]
+                _become(request, fds, (prefix, interrupt))  # never returns
             sock.send(json.dumps({"pid": pid}).encode())
+
+
+def _fork(request: dict, fds: list[int], children: dict[int, int], mine: tuple) -> int:
+    """Fork the process ``request`` asks for: 0 in it, with this one's descriptors (``mine``:
+    its pipes and sockets) closed; its pid here, which keeps only its status pipe."""
+    pid = os.fork()
+    if pid == 0:
+        signal.set_wakeup_fd(-1)
+        for end in mine:
+            if isinstance(end, socket.socket):
+                end.close()
+            elif end is not None:
+                os.close(end)
+        return 0
+    for fd in fds[:-1]:
+        os.close(fd)
+    children[pid] = fds[-1]
+    return pid
+
+
+def _listener() -> socket.socket | None:
+    """The socket the processes of the pairs connect to: abstract, so that it leaves no file
+    behind (Linux only; elsewhere none, and ranks start afresh)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(f"\0pytest-hpml-forkserver-{os.getpid()}-{os.urandom(8).hex()}")
+    listener.listen(16)
+    return listener
+
+
+def _accept(listener: socket.socket, clients: dict[socket.socket, set[int]]) -> None:
+    """A process of the pairs connects; one of another user is turned away."""
+    with contextlib.suppress(OSError):
+        client, _ = listener.accept()
+        credentials = client.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        if struct.unpack("3i", credentials)[1] != os.getuid():
+            client.close()
+            return
+        clients[client] = set()
+
+
+def _serve(
+    client: socket.socket,
+    children: dict[int, int],
+    clients: dict[socket.socket, set[int]],
+    mine: tuple,
+    started: tuple,
+) -> None:
+    """One request of a connected process: a process to fork. Once the connection closes, what
+    it asked for and still runs is killed with its process group."""
+    try:
+        message, fds, _, _ = socket.recv_fds(client, MESSAGE, 64)
+    except OSError:
+        message, fds = b"", []
+    if not message:
+        for pid in clients.pop(client):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        client.close()
+        return
+    request = json.loads(message)
+    pid = _fork(request, fds, children, (*mine, *clients))
+    if pid == 0:
+        _become(request, fds, started)  # never returns
+    clients[client].add(pid)
+    with contextlib.suppress(OSError):  # it ended: its processes are killed at the next look
+        client.send(json.dumps({"pid": pid}).encode())
 
 
 def _end(children: dict[int, int]) -> None:
     """End now, and the processes still running with this one (as a SIGKILLed controller's
     end them: their parent-death signal, which forking clears, is this one's to set)."""
     for pid in children:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            try:
+                os.killpg(pid, signal.SIGKILL)  # a rank, in a session of its own
+            except ProcessLookupError:
+                os.kill(pid, signal.SIGKILL)
     os._exit(0)  # torch's modules are not torn down one by one: nothing here needs it
 
 
@@ -175,26 +257,29 @@ def _pythonpath(value: str) -> list[str]:
     return [os.path.abspath(entry) for entry in value.split(os.pathsep) if entry]
 
 
-def _reap(children: dict[int, int]) -> None:
+def _reap(children: dict[int, int], clients: dict[socket.socket, set[int]]) -> None:
     """Write each ended process's exit status (as subprocess gives it) to its status pipe."""
     for pid in list(children):
         with contextlib.suppress(ChildProcessError):
             done, status = os.waitpid(pid, os.WNOHANG)
             if not done:
                 continue
+            for asked in clients.values():
+                asked.discard(pid)
             end = children.pop(pid)
             with contextlib.suppress(OSError):  # nobody waits for it any more
                 os.write(end, str(os.waitstatus_to_exitcode(status)).encode())
             os.close(end)
 
 
-def _become(request: dict, fds: list[int], sock: socket.socket, started: tuple) -> None:
+def _become(request: dict, fds: list[int], started: tuple) -> None:
     """In the forked process: become ``python -m MODULE ARGS`` started fresh in the request's
-    directory and environment. Whatever it raises ends this interpreter as it ends that one
+    directory and environment (in a session of its own, where it asks for one, as torch's
+    launcher starts a rank). Whatever it raises ends this interpreter as it ends that one
     (exit handlers, streams flushed, the status or the traceback), never in the server's loop."""
     prefix, interrupt = started
-    sock.close()
-    signal.set_wakeup_fd(-1)
+    if request.get("session"):
+        os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, interrupt)
     out, err, *passed, status = fds

@@ -17,7 +17,6 @@ killed in the instant between the answer and its reading leaves that one file be
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -43,12 +42,13 @@ from ..config.role import (
     die_with_parent,
     end_before_summary,
     measuring_threads,
+    written,
 )
 from ..storage.reader import Unreadable, read_json
 from .metrics import is_sampled
 
 if TYPE_CHECKING:
-    from .forkserver import Forked, Server
+    from .forkserver import Client, Forked, Server
 
     Process = Union[subprocess.Popen[str], Forked]  # a process started fresh or forked
 
@@ -61,6 +61,9 @@ NARROW_KEY = "narrow"
 # In a rerun's request: the descriptors of its two pipes to the controller, with which it waits
 # for its turn to measure (:class:`Turn`); without them, it measures at once.
 TURN_KEY = "turn"
+# In a rerun's request from a process the fork server forked: where that server takes requests
+# for a distributed test's ranks ({"address", "pid", "python"}; Note [Fork server]).
+FORKSERVER_KEY = "forkserver"
 # what one process's run of a metric keeps
 RUN_KEYS = ("samples", "reference", "budget", "load", "state")
 STOP_GRACE = 5.0  # seconds an interrupted process gets to end before it is killed
@@ -151,6 +154,7 @@ def ask(
             "output": name,
             "parent": os.getpid() if forked is None else forked.pid,
             **({TURN_KEY: list(turn.child_ends)} if turn is not None else {}),
+            **({FORKSERVER_KEY: forked.where()} if forked is not None and forked.address else {}),
         }
         with os.fdopen(handle, "w", encoding="utf-8") as request:
             json.dump(wanted, request)
@@ -412,6 +416,20 @@ class Rerun:
         self.files = files_of(self.tests) if request.get(NARROW_KEY) else None
         self.turn: list[int] | None = request.get(TURN_KEY)
         self.holding = False  # the test running took its turn (Turn)
+        self._server = request.get(FORKSERVER_KEY)
+        self._client: Client | None = None
+
+    def forker(self) -> Client | None:
+        """What forks the ranks of a distributed test here: the fork server that forked this
+        process, where it said how to reach it (Note [Fork server]); else None."""
+        where = self._server
+        if self._client is None and isinstance(where, dict):
+            from .forkserver import Client
+
+            address, pid, python = (where.get(k) for k in ("address", "pid", "python"))
+            if isinstance(address, str) and isinstance(pid, int) and isinstance(python, str):
+                self._client = Client(address, pid, python)
+        return self._client
 
     def take_turn(self) -> None:
         """Before a test's first measurement: wait for this process's turn (:class:`Turn`);
@@ -498,33 +516,9 @@ class Rerun:
             "benchmarks": self.benchmarks,
         }
         Path(self.output).write_text(json.dumps(document), encoding="utf-8")
-        _ENDING["status"] = int(session.exitstatus)
+        written(int(session.exitstatus))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_terminal_summary(self, exitstatus: int) -> None:
         """The answer is written (:meth:`pytest_sessionfinish`): end before the summary."""
         end_before_summary(exitstatus)
-
-
-# A rerun process's exit status, once its session has ended (:func:`end_quickly`).
-_ENDING: dict[str, int] = {}
-
-
-def end_quickly() -> None:
-    """In a process asked to measure (its :data:`RERUN_ENV` set), before any conftest runs:
-    once its session has ended and its answer is written, it ends without tearing the
-    interpreter down, which frees torch's modules and objects one by one: 0.4 s a process on
-    the 2-core VM, which the next pair waits for (Note [Cheaper processes]). Exit handlers run
-    in the reverse order of their registration, so every one registered after this (torch's,
-    the tests' own) still runs first."""
-    atexit.register(_end_now)
-
-
-def _end_now() -> None:
-    status = _ENDING.get("status")
-    if status is None:  # no session ended here: end as Python does
-        return
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # closed or replaced by a test: nothing to flush
-            stream.flush()
-    os._exit(status)

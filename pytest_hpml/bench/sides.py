@@ -250,6 +250,14 @@ class Against:
         found.seconds = time.monotonic() - start
         return found
 
+    def forker(self) -> forkserver.Server | None:
+        """The fork server, where it serves this run's processes: it forks the ranks of this
+        session's distributed tests too (Note [Fork server])."""
+        server = self._server
+        if server is None or not self._server_tried or not server.ready():
+            return None
+        return server if server.address else None
+
     def asker(self, side: Side) -> Callable[..., Any]:
         """:func:`reruns.ask` for fresh processes of ``side``: its interpreter, its tree, its
         paths first; ``env`` adds to its environment."""
@@ -697,3 +705,14 @@ def prepare(config: pytest.Config, chosen: Any, launched: bool) -> None:
     config.stash[AGAINST_KEY] = against
     config.add_cleanup(against.remove)
     against.watch_imports()
+
+
+def rank_forker(config: pytest.Config) -> Any:
+    """What forks a distributed test's ranks with torch imported: with --hpml-against, the
+    fork server, in the controller and in the processes of the pairs it forked; else None,
+    and each rank starts afresh (Note [Fork server])."""
+    rerun = config.pluginmanager.get_plugin("hpml-rerun")
+    if rerun is not None:
+        return rerun.forker()
+    against = config.stash.get(AGAINST_KEY, None)
+    return against.forker() if against is not None else None

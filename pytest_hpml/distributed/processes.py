@@ -2,7 +2,9 @@
 
 Each rank is started with the handler torch's elastic launcher starts a worker with
 (:func:`~torch.distributed.elastic.multiprocessing.subprocess_handler.get_subprocess_handler`: a
-process group of its own, killed whole), in a directory of its own. The parent watches the
+process group of its own, killed whole), in a directory of its own; or, where a run with
+``--hpml-against`` has a fork server, forked by it with torch imported, the same otherwise
+(Note [Fork server]). The parent watches the
 ranks: the first rank that fails or dies, or the test's deadline, ends the wait; ranks still
 running are asked for their stacks (``faulthandler`` on ``SIGUSR1``), then killed with their
 process groups, as torch's launcher closes its workers. What each rank left is read back: its
@@ -25,7 +27,7 @@ import pytest
 
 from .. import _compat
 from .reports import RankRun, read_reports
-from .spec import Spec
+from .spec import PARENT_ENV, Spec
 
 STACK_GRACE = 0.5  # seconds a running rank gets to write its stacks before it is killed
 CLOSE_GRACE = 5.0  # seconds a rank gets to end on SIGTERM before SIGKILL, as torch's launcher
@@ -38,9 +40,12 @@ class Ranks:
     """The rank processes of one test, in ``workdir`` (a directory per rank: its output, its
     ``--basetemp``), started one by one so that a deadline can stop the starting."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, forker: Any = None) -> None:
+        """``forker``: a fork server's ``Server`` or ``Client``, which forks the ranks, or
+        None: they start afresh."""
         self.workdir = workdir
         self.subprocess_handlers: dict[int, Any] = {}  # the name torch's launcher gives them
+        self.forker = forker
 
     def start(self, rank: int, args: Sequence[str], env: dict[str, str]) -> None:
         from torch.distributed.elastic.multiprocessing.subprocess_handler import (
@@ -49,6 +54,12 @@ class Ranks:
 
         home = self.workdir / f"rank{rank}"
         home.mkdir()
+        if self.forker is not None:
+            try:
+                self.subprocess_handlers[rank] = ForkedRank(self.forker, home, args, env)
+                return
+            except OSError:  # the server ended: this rank and the next start afresh
+                self.forker = None
         self.subprocess_handlers[rank] = get_subprocess_handler(
             entrypoint=sys.executable,
             args=tuple(args),
@@ -80,6 +91,39 @@ class Ranks:
                 _signal_group(handler, signal.SIGKILL)
                 handler.proc.wait()
         _compat.close_elastic_streams(self)
+        for handler in self.subprocess_handlers.values():
+            if isinstance(handler, ForkedRank):
+                handler.proc.release()
+
+
+class ForkedRank:
+    """A rank the fork server forked, with what torch's launcher's handler has: ``proc`` (its
+    ``poll``, ``wait``, ``pid``), ``close(death_sig)`` for its process group, its log files."""
+
+    def __init__(self, forker: Any, home: Path, args: Sequence[str], env: dict[str, str]):
+        self._stdout = open(home / "stdout.log", "w")  # noqa: SIM115 - closed with the rank
+        self._stderr = open(home / "stderr.log", "w")  # noqa: SIM115
+        try:
+            # A forked rank's parent is the server: it dies with that one, and with this
+            # process through the server (its connection closing).
+            self.proc = forker.popen(
+                [sys.executable, *args],
+                cwd=os.getcwd(),
+                env={**os.environ, **env, PARENT_ENV: str(forker.pid)},
+                output=(self._stdout.fileno(), self._stderr.fileno()),
+                session=True,
+            )
+        except OSError:
+            self.close_logs()
+            raise
+
+    def close(self, death_sig: signal.Signals = signal.SIGTERM) -> None:
+        os.killpg(self.proc.pid, death_sig)
+        self.close_logs()
+
+    def close_logs(self) -> None:
+        self._stdout.close()
+        self._stderr.close()
 
 
 def _signal_group(handler: Any, sig: signal.Signals) -> None:

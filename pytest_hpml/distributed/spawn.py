@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -56,14 +56,18 @@ from .spec import (
 
 
 def spawn_protocol(
-    item: pytest.Item, nextitem: pytest.Item | None, budget: Callable[[str], float]
+    item: pytest.Item,
+    nextitem: pytest.Item | None,
+    budget: Callable[[str], float],
+    forker: Callable[[], Any] = lambda: None,
 ) -> bool | None:
     """Run a distributed test in ranks of its own, or a test needing more GPUs than this xdist
     worker has in a process of its own on leased GPUs, and log the merged reports; None for
     the other tests, and in a process that is a rank already.
 
     ``budget(test id)``: the seconds of rounds a benchmark gets in one process, which the
-    ranks are told (passed in by the plugin: the bench layer decides it)."""
+    ranks are told; ``forker()``: what forks the ranks, or None (a fresh process each); both
+    passed in by the plugin: the bench layer decides them."""
     if launch(item.config) is not None:
         return None
     asked = spec(item)
@@ -86,7 +90,7 @@ def spawn_protocol(
             apart = asked or Spec(1, "gloo", math.inf)
             reports = run_spawned(item, apart, budget, chosen, group=asked is not None)
     else:
-        reports = run_spawned(item, asked, budget)  # type: ignore[arg-type]
+        reports = run_spawned(item, asked, budget, forker=forker())  # type: ignore[arg-type]
     for report in reports:
         item.ihook.pytest_runtest_logreport(report=report)
     _tear_down_before(item, nextitem)
@@ -111,17 +115,19 @@ def run_spawned(
     budget: Callable[[str], float],
     visible: Sequence[str] | None = None,
     group: bool = True,
+    forker: Any = None,
 ) -> list[pytest.TestReport]:
     """Run ``item`` in ``asked.world_size`` fresh ranks and merge what they reported.
 
     ``visible``: the GPUs the ranks may see (leased ones); ``group``: whether they form a
-    process group (not for a plain test run apart on leased GPUs). However this ends (Ctrl-C
-    included), no rank is left running and the ranks' directory is removed.
+    process group (not for a plain test run apart on leased GPUs); ``forker``: a fork server
+    that forks them (``processes.Ranks``). However this ends (Ctrl-C included), no rank is
+    left running and the ranks' directory is removed.
     """
     from torch.distributed import TCPStore
 
     deadline = time.monotonic() + asked.timeout  # starting the ranks is part of the test
-    ranks = Ranks(Path(tempfile.mkdtemp(prefix="pytest-hpml-ranks-")))
+    ranks = Ranks(Path(tempfile.mkdtemp(prefix="pytest-hpml-ranks-")), forker)
     try:
         store = TCPStore("127.0.0.1", 0, asked.world_size, True, wait_for_workers=False)
         bench_time = budget(item.nodeid)
