@@ -490,7 +490,7 @@ def test_what_a_connected_process_asked_for_ends_with_it(server: Server, tree: P
         asking.kill()
         asking.wait()
         asking.stdout.close()  # type: ignore[union-attr]
-    assert _waited_for(lambda: still_running([forked]) == [])
+    assert still_running([forked], seconds=30) == []
     assert server.ready()  # and the server serves on
 
 
