@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from pytest_hpml.bench.measure import LONG_CALL, Plan, measure, synchronizer
+from pytest_hpml.bench.measure import LONG_CALL, ONE_SAMPLE, Plan, measure, synchronizer
 from pytest_hpml.bench.reference import Reference
 
 SYNC_SECONDS = 0.002
@@ -59,6 +59,16 @@ def test_a_call_of_fewer_than_long_call_rounds_is_timed_to_calibrate() -> None:
     assert s.iterations == 1
     # first call, warm-up, the calibration round (a call lasts 10 rounds), each round
     assert sync.calls == 1 + s.warmup_calls + 1 + len(s.samples)
+
+
+def test_one_sample_is_the_first_call_and_one_call_more() -> None:
+    # The session of --hpml-against only checks that a benchmark runs (ONE_SAMPLE): no warm-up,
+    # no calibration, no estimate.
+    sync = SlowSync()
+    series, _ = measure({"t": lambda: None}, Plan(sync=sync, **ONE_SAMPLE))
+    s = series["t"]
+    assert (len(s.samples), s.warmup_calls, s.iterations) == (1, 0, 1)
+    assert sync.calls == 2
 
 
 def test_a_round_of_many_calls_synchronizes_once() -> None:

@@ -59,6 +59,7 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select() through wake_r
     children: dict[int, int] = {}  # pid -> its status pipe
     clients: dict[socket.socket, set[int]] = {}  # a connection -> the pids it asked for
+    mine = (wake_r, wake_w, sock, listener)  # what a forked process closes, with the clients
     while True:
         waited = [sock, wake_r, *clients, *([listener] if listener else [])]
         readable, _, _ = select.select(waited, [], [])
@@ -68,7 +69,6 @@ def main() -> None:
         if listener in readable:
             _accept(listener, clients)
         for client in [c for c in clients if c in readable]:
-            mine = (wake_r, wake_w, sock, listener)
             _serve(client, children, clients, mine, (prefix, interrupt))
         if sock in readable:
             message, fds, _, _ = socket.recv_fds(sock, MESSAGE, 64)
@@ -86,7 +86,7 @@ def main() -> None:
                 if _libraries(request["libraries"], entries, sock):
                     gc.freeze()  # this is the process that serves now
                 continue
-            pid = _fork(request, fds, children, (wake_r, wake_w, sock, listener, *clients))
+            pid = _fork(request, fds, children, (*mine, *clients))
             if pid == 0:
                 _become(request, fds, (prefix, interrupt))  # never returns
             sock.send(json.dumps({"pid": pid}).encode())
