@@ -100,6 +100,7 @@ def pytest_configure(config: pytest.Config) -> None:
         take_turn=rerun.take_turn if rerun is not None else lambda: None,
         pass_turn=rerun.pass_turn if rerun is not None else lambda: None,
         slice=rerun.slice if rerun is not None else 0.0,
+        paired=rerun is not None and rerun.paired,
     )
     if role.launch(config) is not None:  # one of several ranks
         from .distributed.rank import Rank

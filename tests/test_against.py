@@ -319,6 +319,42 @@ def test_the_processes_of_a_pair_start_together_and_measure_in_turn(
             assert max(one[5][-1][1], other[5][-1][1]) <= min(one[4][0][0], other[4][0][0])
 
 
+# A call of 0.1 s: each process writes how many samples it took and how many calls warmed up.
+LONG = """
+import json
+import os
+import time
+
+
+def test_long(benchmark):
+    benchmark(time.sleep, 0.1)
+    with open(os.environ["SAMPLES"], "a") as out:
+        role = "pair" if os.environ.get("HPML_INTERNAL_RERUN") else "session"
+        line = [role, benchmark.stats.stats.rounds, benchmark.stats.options["warmup"]]
+        out.write(json.dumps(line) + "\\n")
+"""
+
+
+def test_a_pairs_process_takes_three_samples_of_a_long_call(
+    repo: Project, tmp_path: Path
+) -> None:
+    """With a window of 0.2 s, a process of the pairs takes three samples of a 0.1 s call and
+    warms it up for the window; the session, one sample, without a warm-up (Note [Samples and
+    rounds], pairs)."""
+    samples = tmp_path / "samples.txt"
+    repo.monkeypatch.setenv("SAMPLES", str(samples))
+    committed(repo, test_inner=LONG)
+    result = repo.run(
+        "--hpml-against=HEAD", "--hpml-bench-time=0.2", "--hpml-pairs=2", TIMES_UNJUDGED
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    lines = sorted(map(tuple, map(json.loads, samples.read_text().splitlines())))
+    assert [line[:2] for line in lines] == [("pair", 3)] * 4 + [("session", 1)], lines
+    # the window ends after two calls of the warm-up (one, where the first lasted it all)
+    assert [line[2] in (1, 2) for line in lines[:4]] == [True] * 4, lines
+    assert lines[4][2] == 0, lines
+
+
 # A distributed benchmark whose ranks each write when they began and ended it, which start of
 # ranks they belong to (their directory), and whether torch came with the process.
 RANKS = """

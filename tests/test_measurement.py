@@ -8,7 +8,15 @@ import time
 import pytest
 import torch
 
-from pytest_hpml.bench.measure import LONG_CALL, ONE_SAMPLE, Plan, measure, synchronizer
+from pytest_hpml.bench.measure import (
+    LONG_CALL,
+    ONE_SAMPLE,
+    PAIR_SAMPLES,
+    Plan,
+    measure,
+    paired,
+    synchronizer,
+)
 from pytest_hpml.bench.reference import Reference
 
 SYNC_SECONDS = 0.002
@@ -165,6 +173,27 @@ def test_slices_pause_between_samples_and_the_pause_does_not_count() -> None:
     assert abs(len(series["f"].samples) - 1.0 / 0.04) <= 2
     assert 6 <= len(pauses) <= 10  # after each 0.1 s (3 rounds, 0.12 s) of the 1 s budget
     assert all(later - earlier >= 1.1 for earlier, later in zip(pauses, pauses[1:]))
+
+
+@pytest.mark.parametrize("pair", [False, True], ids=["alone", "paired"])
+def test_a_pairs_process_takes_three_samples_of_a_long_call_and_warms_up_within_its_window(
+    pair: bool,
+) -> None:
+    """A call of 100 ms with a window of 0.2 s: a process of the pairs takes 3 samples and
+    warms up for the window, two calls; alone, 5 samples, and it warms up until its last three
+    calls agree, within half a second (Note [Samples and rounds], pairs)."""
+    clock = CountingClock()
+
+    def long_call() -> None:  # ten reads: 100 ms on the counting clock
+        for _ in range(10):
+            clock()
+
+    schedule = paired(0.2) if pair else {}
+    plan = Plan(budget=0.2, timer=clock, min_round_time=0.0, **schedule)
+    series, _ = measure({"f": long_call}, plan)
+    s = series["f"]
+    assert len(s.samples) == (PAIR_SAMPLES if pair else 5)
+    assert s.warmup_calls == (2 if pair else 3)
 
 
 def test_a_benchmark_with_enough_samples_stops_before_its_budget() -> None:

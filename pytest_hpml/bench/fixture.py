@@ -54,6 +54,8 @@ class BenchSession(NamedTuple):
     # every slice of its turn (seconds; 0: none): a pair's process lets the other measure one
     pass_turn: Callable[[], None] = lambda: None
     slice: float = 0.0
+    # a process of the pairs of --hpml-against: fewer samples, a shorter warm-up (measure.paired)
+    paired: bool = False
 
 
 BENCH_SESSION_KEY = pytest.StashKey[BenchSession]()
@@ -71,7 +73,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     """
     from ..hardware.torch_state import TorchState
     from .benchmark import HpmlBenchmark
-    from .measure import ONE_SAMPLE, Plan, users_error
+    from .measure import Plan, users_error
 
     __tracebackhide__ = users_error  # a test's own failure at teardown shows the test's code
     _compat.check_pytest_benchmark()
@@ -84,7 +86,6 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
         budget = given.budget(request.node.nodeid)
         plan = Plan(
             budget=budget,
-            min_rounds=_compat.min_rounds(benchmark),
             round_time=_round_time(benchmark, device),
             calibrate=_calibration(benchmark, device),
             disable_gc=_compat.disable_gc(benchmark),
@@ -94,7 +95,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
             between=given.pass_turn,
             slice=given.slice,
             **torch_parts(given, device),
-            **(ONE_SAMPLE if budget == 0 else {}),
+            **_schedule(given, budget, benchmark),
         )
         value = HpmlBenchmark.adopt(
             benchmark,
@@ -113,6 +114,19 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
         value.settle()  # before pytest-benchmark's own teardown, which this fixture depends on
     finally:
         state.stop()
+
+
+def _schedule(given: BenchSession, budget: float, benchmark: Any) -> dict[str, Any]:
+    """The least rounds (pytest-benchmark's), or a pair's process's plan, or one sample where
+    the budget is 0 s."""
+    from .measure import ONE_SAMPLE, paired
+
+    schedule: dict[str, Any] = {"min_rounds": _compat.min_rounds(benchmark)}
+    if given.paired:
+        schedule.update(paired(budget))
+    if budget == 0:
+        schedule.update(ONE_SAMPLE)
+    return schedule
 
 
 def torch_parts(given: BenchSession, device: Any) -> dict[str, Any]:

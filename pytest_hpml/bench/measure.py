@@ -84,6 +84,19 @@ MIN_SAMPLES = 5  # fewer than this are judged inconclusive
 # checks that its benchmarks work gets it: the session of --hpml-against, whose pairs of
 # processes measure (Note [Cheaper processes]).
 ONE_SAMPLE: dict[str, int] = {"rounds": 1, "warmup_rounds": 0, "iterations": 1}
+WARMUP_TIME = 0.5  # seconds: at most this long (and 50 calls) warming up after the first call
+# A process of the pairs of --hpml-against (Note [Samples and rounds], pairs): at least this
+# many samples, and a warm-up no longer than its window of rounds.
+PAIR_SAMPLES = 3
+
+
+def paired(budget: float) -> dict[str, float]:
+    """The plan of a process of the pairs, given its window of rounds (``budget``, seconds):
+    the pairs' processes, not one process's samples, carry the verdict."""
+    warmup = min(budget, WARMUP_TIME)
+    return {"min_samples": PAIR_SAMPLES, "min_rounds": PAIR_SAMPLES, "warmup_time": warmup}
+
+
 # A call whose warm-up lasted this many rounds makes a round by itself: pytest-benchmark's
 # calibration, asked, would time it once more only to choose one call (Note [Samples and rounds]).
 LONG_CALL = 100
@@ -95,12 +108,13 @@ class Plan:
 
     budget: float = 3.0  # seconds of rounds at most, reference included
     min_rounds: int = 5
+    min_samples: int = MIN_SAMPLES  # samples at least, budget or not
     round_time: float = 5e-6  # a round lasts at least this (pytest-benchmark's calibration)
     calibrate: Callable[[Callable[[], Any]], int] | None = None  # calls per round, if given
     min_round_time: float = 1e-3  # a sample (a run of rounds) lasts at least this
     enough_samples: int = ENOUGH_SAMPLES
     reference_share: float = 0.2  # the reference workload's share of the rounds' time, at most
-    warmup_time: float = 0.5  # at most this long (and 50 calls) warming up after the first call
+    warmup_time: float = WARMUP_TIME
     disable_gc: bool = False
     timer: Timer = time.perf_counter
     cpu_clock: Timer | None = None  # also time each sample on this (Note [Thread clock])
@@ -313,6 +327,6 @@ def _more(plan: Plan, samples: int, rounds: int, deadline: float) -> bool:
     if plan.rounds is not None:
         return samples < plan.rounds
     in_time = plan.timer() < deadline
-    if samples < MIN_SAMPLES or rounds < plan.min_rounds:
+    if samples < plan.min_samples or rounds < plan.min_rounds:
         return True
     return in_time and samples < plan.enough_samples

@@ -440,9 +440,14 @@ class Rerun:
                 self._alone()
 
     @property
+    def paired(self) -> bool:
+        """Whether this is a process of the pairs of --hpml-against: it takes turns."""
+        return bool(self.turn)
+
+    @property
     def slice(self) -> float:
         """Seconds of measuring between two of :meth:`pass_turn`; 0 without turns."""
-        return SLICE if self.turn else 0.0
+        return SLICE if self.paired else 0.0
 
     def pass_turn(self) -> None:
         """Mid-turn, between two samples: let the other process of the pair measure a slice,
