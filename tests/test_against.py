@@ -335,9 +335,7 @@ def test_long(benchmark):
 """
 
 
-def test_a_pairs_process_takes_three_samples_of_a_long_call(
-    repo: Project, tmp_path: Path
-) -> None:
+def test_a_pairs_process_takes_three_samples_of_a_long_call(repo: Project, tmp_path: Path) -> None:
     """With a window of 0.2 s, a process of the pairs takes three samples of a 0.1 s call and
     warms it up for the window; the session, one sample, without a warm-up (Note [Samples and
     rounds], pairs)."""
