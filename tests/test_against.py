@@ -17,7 +17,7 @@ import sys
 import tempfile
 import venv
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -266,7 +266,7 @@ def timed(benchmark, name):
     benchmark(call)
     warm = 1 + benchmark.stats.options["warmup"]  # the first call and the warm-up's
     if os.environ.get("HPML_INTERNAL_RERUN"):
-        with open(os.environ["TIMELINE"], "a") as out:
+        with open(os.environ["WRITTEN"], "a") as out:
             line = [os.getpid(), name, IMPORTED, began, calls[warm:], calls[:warm]]
             out.write(json.dumps(line) + "\\n")
 
@@ -280,24 +280,27 @@ def test_second(benchmark):
 """
 
 
+def written_in_pairs(repo: Project, out: Path, tests: str, bench_time: float) -> list[Any]:
+    """Run ``tests`` (which append JSON lines to the file named by $WRITTEN) against HEAD in 2
+    pairs of processes with ``bench_time``; return what they wrote."""
+    repo.monkeypatch.setenv("WRITTEN", str(out))
+    committed(repo, test_inner=tests)
+    result = repo.run(
+        "--hpml-against=HEAD", f"--hpml-bench-time={bench_time:g}", "--hpml-pairs=2", TIMES_UNJUDGED
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
 def test_the_processes_of_a_pair_start_together_and_measure_in_turn(
     repo: Project, tmp_path: Path
 ) -> None:
     """The two processes of each pair import, set each benchmark up and warm it up side by
     side, then measure it in turns, slice by slice (Note [Slices]), benchmark by benchmark; no
     two processes' measured calls overlap (Note [Cheaper processes])."""
-    timeline = tmp_path / "timeline.txt"
-    repo.monkeypatch.setenv("TIMELINE", str(timeline))
-    committed(repo, test_inner=TIMELINE)
     # a second a process: half a second a benchmark, five slices of 0.1 s a side
-    result = repo.run(
-        "--hpml-against=HEAD", "--hpml-bench-time=1", "--hpml-pairs=2", TIMES_UNJUDGED
-    )
-    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    runs = sorted(
-        (json.loads(line) for line in timeline.read_text().splitlines()),
-        key=lambda run: run[4][0][0],  # by its first call
-    )
+    written = written_in_pairs(repo, tmp_path / "timeline.txt", TIMELINE, bench_time=1.0)
+    runs = sorted(written, key=lambda run: run[4][0][0])  # by its first call
     assert len(runs) == 8, runs  # 2 benchmarks in 2 processes a pair, 2 pairs
     calls = sorted((start, end, run[0]) for run in runs for start, end in run[4])
     for (_, end, _), (start, _, _) in zip(calls, calls[1:]):
@@ -328,7 +331,7 @@ import time
 
 def test_long(benchmark):
     benchmark(time.sleep, 0.1)
-    with open(os.environ["SAMPLES"], "a") as out:
+    with open(os.environ["WRITTEN"], "a") as out:
         role = "pair" if os.environ.get("HPML_INTERNAL_RERUN") else "session"
         line = [role, benchmark.stats.stats.rounds, benchmark.stats.options["warmup"]]
         out.write(json.dumps(line) + "\\n")
@@ -339,14 +342,8 @@ def test_a_pairs_process_takes_three_samples_of_a_long_call(repo: Project, tmp_p
     """With a window of 0.2 s, a process of the pairs takes three samples of a 0.1 s call and
     warms it up for the window; the session, one sample, without a warm-up (Note [Samples and
     rounds], pairs)."""
-    samples = tmp_path / "samples.txt"
-    repo.monkeypatch.setenv("SAMPLES", str(samples))
-    committed(repo, test_inner=LONG)
-    result = repo.run(
-        "--hpml-against=HEAD", "--hpml-bench-time=0.2", "--hpml-pairs=2", TIMES_UNJUDGED
-    )
-    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    lines = sorted(map(tuple, map(json.loads, samples.read_text().splitlines())))
+    written = written_in_pairs(repo, tmp_path / "samples.txt", LONG, bench_time=0.2)
+    lines = sorted(map(tuple, written))
     assert [line[:2] for line in lines] == [("pair", 3)] * 4 + [("session", 1)], lines
     # the window ends after two calls of the warm-up (one, where the first lasted it all)
     assert [line[2] in (1, 2) for line in lines[:4]] == [True] * 4, lines
