@@ -690,9 +690,27 @@ def test_a_count_that_varies_within_a_side_passes_within_its_spread() -> None:
     assert "varies between the processes of a side" in result.reason
     steady = count_pairs([1_653_132, 1_653_132], [1_652_824, 1_652_824])
     assert judge_paired(steady[0][0], steady, threshold=0.06).verdict == stats.REGRESSED
-    # a value measured, not counted, recorded within its tolerance: moving is expected
-    measured = [({**h, "tolerance": 0.1}, {**b, "tolerance": 0.1}) for h, b in pairs]
-    assert "varies" not in judge_paired(measured[0][0], measured, threshold=0.06).reason
+
+
+def measured(head: list[float], base: list[float]) -> list[tuple[dict, dict]]:
+    """A bus bandwidth derived from a time's median, recorded within a 50% tolerance."""
+    value = {"kind": "count", "unit": "GB/s", "tolerance": 0.5, "higher_is_worse": False}
+    return [({**value, "value": h}, {**value, "value": b}) for h, b in zip(head, base)]
+
+
+def test_a_measured_value_beyond_its_tolerance_passes_where_the_sides_processes_overlap() -> None:
+    """A value measured and recorded within a tolerance whose middle process moved beyond it,
+    while each side's processes spread over the other's: the machine moved it (Note [Torch
+    state]; the suites' all-reduce bandwidth of 4 KiB failed an unchanged tree so, at -59.8%,
+    under two CPU hogs)."""
+    noisy = measured([0.0033, 0.0091, 0.0021], [0.0082, 0.0030, 0.0095])
+    result = judge_paired(noisy[0][0], noisy, threshold=0.06)
+    assert result.verdict == stats.PASS
+    assert "(head 0.0021 to 0.0091 GB/s; base 0.003 to 0.0095 GB/s): a measured value" in (
+        result.reason
+    )
+    collapsed = measured([0.0010, 0.0012, 0.0011], [0.0082, 0.0080, 0.0095])
+    assert judge_paired(collapsed[0][0], collapsed, threshold=0.06).verdict == stats.REGRESSED
 
 
 def with_state(record: dict[str, Any], **state: Any) -> dict[str, Any]:
