@@ -667,12 +667,12 @@ def test_a_changed_instruction_count_names_only_functions_that_surely_moved() ->
     assert verdict.reason == "new_kernel: <100 -> 400 per call"
 
 
-def counted(*values: float) -> dict[str, Any]:
-    return {"kind": "count", "unit": "B", "value": values[0], "tolerance": 0.0}
+def counted(value: float, **fields: Any) -> dict[str, Any]:
+    return {"kind": "count", "unit": "B", "value": value, "tolerance": 0.0, **fields}
 
 
-def count_pairs(head: list[float], base: list[float]) -> list[tuple[dict, dict]]:
-    return [(counted(h), counted(b)) for h, b in zip(head, base)]
+def count_pairs(head: list[float], base: list[float], **fields: Any) -> list[tuple[dict, dict]]:
+    return [(counted(h, **fields), counted(b, **fields)) for h, b in zip(head, base)]
 
 
 def test_a_count_that_varies_within_a_side_passes_within_its_spread() -> None:
@@ -694,8 +694,7 @@ def test_a_count_that_varies_within_a_side_passes_within_its_spread() -> None:
 
 def measured(head: list[float], base: list[float]) -> list[tuple[dict, dict]]:
     """A bus bandwidth derived from a time's median, recorded within a 50% tolerance."""
-    value = {"kind": "count", "unit": "GB/s", "tolerance": 0.5, "higher_is_worse": False}
-    return [({**value, "value": h}, {**value, "value": b}) for h, b in zip(head, base)]
+    return count_pairs(head, base, unit="GB/s", tolerance=0.5, higher_is_worse=False)
 
 
 def test_a_measured_value_beyond_its_tolerance_passes_where_the_sides_processes_overlap() -> None:
