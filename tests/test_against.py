@@ -10,6 +10,7 @@ asserted here holds on a busy machine too.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import subprocess
@@ -124,7 +125,14 @@ def test_progress_lines_say_how_far_the_pairs_got_in_a_log(repo: Project) -> Non
         "--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=2", TIMES_UNJUDGED
     )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    result.stdout.fnmatch_lines(
+    # why the pairs stopped, where a benchmark was left unsettled at the cap: two pairs that
+    # differ by 2x on a busy machine leave an interval wider than any threshold
+    lines = [
+        line
+        for line in result.outlines
+        if not fnmatch.fnmatch(line, "hpml: * of 2 unsettled at the cap of 2 (* s)")
+    ]
+    pytest.LineMatcher(lines).fnmatch_lines(
         [
             "test_inner.py .. * [[]100%[]]",
             "hpml: measuring 2 benchmarks in 2 pairs of fresh processes, base and head alternating",
