@@ -680,6 +680,66 @@ def test_ctrl_c_while_the_sides_measure_leaves_no_worktree(repo: Project, tmp_pa
     assert worktrees(repo.path) == [str(repo.path)]
 
 
+# A Ctrl-C that a finalizer swallows, while the controller waits for a process that never says
+# a word: Python prints "Exception ignored in" and goes on.
+SWALLOWED = """
+import os, signal, time
+from pytest_hpml.bench import reruns
+
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)  # in the finalizer still, wherever Python raises it
+
+turn = reruns.Turn()
+with reruns.watching_ctrl_c():
+    Finalized()  # garbage at once: its finalizer runs
+    print("went on", flush=True)
+    try:
+        turn.said(lambda: False)  # its process never says a word
+    except KeyboardInterrupt:
+        print("interrupted")
+"""
+
+
+def test_a_ctrl_c_that_a_finalizer_swallowed_still_ends_the_wait_for_a_process() -> None:
+    """A real SIGINT whose KeyboardInterrupt a finalizer swallowed ends the controller's wait
+    for a process's word all the same (Note [Swallowed Ctrl-C]): it had waited on, for a
+    process still in its test (seen once on a slow host, the test above)."""
+    done = subprocess.run(
+        [sys.executable, "-c", SWALLOWED],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=interruptible,
+    )
+    assert done.stdout.split() == ["went", "on", "interrupted"], done.stderr
+    assert "Exception ignored in" in done.stderr
+    assert "KeyboardInterrupt" in done.stderr
+
+
+def test_ctrl_c_is_watched_only_where_pythons_own_handler_is_set() -> None:
+    """A SIGINT handler of the user's keeps its say while the pairs measure; Python's own is
+    watched, and back once they end (Note [Swallowed Ctrl-C])."""
+    import signal
+
+    from pytest_hpml.bench import reruns
+
+    def mine(number: int, frame: object) -> None:
+        """A handler that does not raise."""
+
+    before = signal.signal(signal.SIGINT, mine)
+    try:
+        with reruns.watching_ctrl_c():
+            assert signal.getsignal(signal.SIGINT) is mine
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with reruns.watching_ctrl_c():
+            assert signal.getsignal(signal.SIGINT) not in (mine, signal.default_int_handler)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def _wait_for(inner: subprocess.Popen[str], scratch: Path, seconds: float = 120) -> tuple[int, int]:
     """The pid of the first measuring process and of its parent, once it waits in the base
     worktree."""

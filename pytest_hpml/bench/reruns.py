@@ -24,10 +24,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 import pytest
@@ -254,6 +256,8 @@ class Turn:
         import select  # here: only the controller of a pair needs it
 
         while True:
+            if _CTRL_C:  # seen, and its KeyboardInterrupt swallowed (Note [Swallowed Ctrl-C])
+                raise KeyboardInterrupt
             over = ended()  # read before looking: a byte written before the end is still seen
             readable, _, _ = select.select([self._ready], [], [], 0.0 if over else 0.1)
             if readable:
@@ -308,6 +312,37 @@ def take_turns(order: Sequence[Turn], running: Sequence[Any]) -> None:
             order[index].go()
         for index in waiting:
             said[index] = order[index].said(running[index].done)
+
+
+# The Ctrl-Cs seen while :func:`watching_ctrl_c` watches (Note [Swallowed Ctrl-C]).
+_CTRL_C: list[int] = []
+
+
+@contextlib.contextmanager
+def watching_ctrl_c() -> Iterator[None]:
+    """Note each Ctrl-C (SIGINT), then raise its KeyboardInterrupt as Python does (Note
+    [Swallowed Ctrl-C]). Only where Python's own handler is set: not where SIGINT is ignored (a
+    background job) or handled otherwise (a handler of the user's keeps its say), nor outside
+    the main thread (where no handler can be set)."""
+    previous = signal.getsignal(signal.SIGINT)
+    if (
+        previous is not signal.default_int_handler
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+
+    def seen(number: int, frame: FrameType | None) -> None:
+        _CTRL_C.append(number)
+        signal.default_int_handler(number, frame)
+
+    _CTRL_C.clear()  # one a Ctrl-C left while this was ending last time
+    try:
+        signal.signal(signal.SIGINT, seen)
+        yield
+    finally:
+        _CTRL_C.clear()  # before Python's handler is back: a Ctrl-C from now on raises itself
+        signal.signal(signal.SIGINT, previous)
 
 
 def _close(end: int) -> None:

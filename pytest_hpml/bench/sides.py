@@ -210,7 +210,9 @@ class Against:
             else f"{plural(cap, 'pair')} of fresh processes, base and head alternating"
         )
         measuring = list(tests)
-        with Progress(self.config, "pairs", cap, one="pair", doing=doing) as progress:
+        # a Ctrl-C that a finalizer swallowed still ends them (Note [Swallowed Ctrl-C])
+        watching = reruns.watching_ctrl_c()
+        with watching, Progress(self.config, "pairs", cap, one="pair", doing=doing) as progress:
             for index in range(cap):
                 if index in looks:  # a look: settled verdicts need no more pairs
                     measuring = unsettled(found)
