@@ -29,7 +29,6 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 import pytest
@@ -50,6 +49,8 @@ from ..storage.reader import Unreadable, read_json
 from .metrics import is_sampled
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from .forkserver import Client, Forked, Server
 
     Process = Union[subprocess.Popen[str], Forked]  # a process started fresh or forked
