@@ -244,7 +244,8 @@ def pytest_hpml_fingerprint(config: pytest.Config) -> Any:
     from .hardware import fingerprint
     from .hardware.devices import hardware
 
-    return fingerprint.current(hardware(config))
+    named = config.stash[options.SETTINGS_KEY].machine_id
+    return fingerprint.current(hardware(config), named_instance=named)
 
 
 @pytest.hookimpl(trylast=True)

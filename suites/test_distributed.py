@@ -389,8 +389,11 @@ def test_ranks_of_one_thread_against_one_process_of_as_many_threads(
     assert torch.get_num_threads() == 1, "ranks should start with OMP_NUM_THREADS=1"
     leader = FollowTheLeader(actions, device)
     leader.run(
-        lambda targets: benchmark.variants(
-            targets, baseline=ONE_PROCESS, tolerance=SPEEDUP_TOLERANCE
+        lambda targets: benchmark.variants(  # both sides on world_size cores
+            targets,
+            baseline=ONE_PROCESS,
+            tolerance=SPEEDUP_TOLERANCE,
+            cores=dict.fromkeys(targets, world_size),
         )
     )
     assert torch.get_num_threads() == 1

@@ -753,3 +753,50 @@ def _wait_for(inner: subprocess.Popen[str], scratch: Path, seconds: float = 120)
             return pid, parent
         time.sleep(0.1)
     raise AssertionError(f"no measuring process started: {inner.communicate()[0]}")
+
+
+# A call of about twenty operators whose head adds two views, or two kernels (Note [Work
+# counters]): a graph library's patch release added two aten::select to such a call.
+SELECTS = """
+import torch
+
+EXTRA = {extra!r}
+x, w = torch.randn(8, 16), torch.randn(16, 16)
+
+
+def call():
+    y = torch.relu(x @ w + 1.0)
+    for _ in range(4):
+        y = torch.tanh(y @ w) * 0.5
+    if EXTRA == "views":
+        y = y.select(0, 0).unsqueeze(0)
+    elif EXTRA == "kernels":
+        y = y * 2.0 * 3.0
+    return y.sum()
+"""
+VIEW_TEST = "from call import call\n\n\ndef test_call(benchmark):\n    benchmark(call)\n"
+
+
+@pytest.mark.parametrize("extra", ["views", "kernels"])
+def test_two_more_views_pass_where_two_more_kernels_fail(project: Project, extra: str) -> None:
+    committed(project, call=SELECTS.format(extra=""), test_inner=VIEW_TEST)
+    project.pytester.makepyfile(call=SELECTS.format(extra=extra))
+    result = project.run_subprocess(
+        "--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=3", TIMES_UNJUDGED, "--hpml-report=r.json"
+    )
+    [found] = json.loads((project.path / "r.json").read_text())["results"]
+    verdicts = found["verdicts"]
+    ops, views = verdicts["ops"], verdicts["views"]
+    if extra == "views":
+        assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+        assert (ops["verdict"], ops["current"]) == ("pass", ops["baseline"]), ops
+        assert (views["verdict"], views["current"] - views["baseline"]) == ("changed", 2), views
+        assert "aten::select: 0 -> 1 per call" in views["reason"]
+        result.stdout.fnmatch_lines(
+            ["hpml: changed (not failing) test_inner.py::test_call views: *"]
+        )
+    else:
+        assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+        assert ops["verdict"] == "regressed", ops
+        assert "aten::mul: 4 -> 6 per call" in ops["reason"]
+        assert views["verdict"] == "pass", views

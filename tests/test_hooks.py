@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -132,3 +133,31 @@ def test_a_busy_machine_is_flagged_when_recording_and_in_the_verdicts(project: P
     assert "measured on a busy machine: the reference workload's time varied" in reason
     assert "the baseline was recorded on a busy machine" in reason
     compared.stdout.fnmatch_lines(["hpml: 1 benchmark(s) measured on a busy machine *"])
+
+
+def test_the_instance_is_the_installations_machine_id_and_a_container_adds_its_boot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Note [Machine instance]: real files read, in a temporary directory instead of /etc.
+    from pytest_hpml.hardware import fingerprint
+
+    ids = {name: tmp_path / name for name in ("vm-a", "vm-b", "boot-1", "boot-2", "docker")}
+    for path in ids.values():
+        path.write_text(f"{path.name}-0123456789abcdef\n")
+    found = {}
+    for vm, boot, container in [("vm-a", "boot-1", ""), ("vm-b", "boot-1", ""),
+                                ("vm-a", "boot-2", ""), ("vm-a", "boot-1", "docker"),
+                                ("vm-a", "boot-2", "docker")]:  # fmt: skip
+        monkeypatch.setattr(fingerprint, "MACHINE_ID_FILES", (str(tmp_path / "no"), str(ids[vm])))
+        monkeypatch.setattr(fingerprint, "BOOT_ID_FILE", str(ids[boot]))
+        where = (str(ids[container]),) if container else (str(tmp_path / "no"),)
+        monkeypatch.setattr(fingerprint, "CONTAINER_FILES", where)
+        found[vm, boot, container] = fingerprint.instance()
+    assert found["vm-a", "boot-1", ""] == found["vm-a", "boot-2", ""]  # a reboot keeps it
+    assert found["vm-a", "boot-1", ""] != found["vm-b", "boot-1", ""]
+    # in a container the machine id is its image's: each boot of the host is its own machine
+    assert found["vm-a", "boot-1", "docker"] != found["vm-a", "boot-2", "docker"]
+    assert len(set(found.values())) == 4
+    assert all(len(value) == 12 and "0123456789abcdef" not in value for value in found.values())
+    assert fingerprint.instance("runner-7") == fingerprint.instance("runner-7")
+    assert fingerprint.instance("runner-7") not in found.values()

@@ -87,10 +87,11 @@ def test_no_time_baseline_for_this_machine_names_the_nearest_stored_one(project:
     result = project.bench()
     assert result.ret == pytest.ExitCode.OK
     line = next(x for x in result.outlines if x.startswith("hpml: no time baselines"))
+    assert "times not judged, counts judged" in line
     assert "1 other machine(s) stored, the nearest machine-other-0123456789ab.json" in line
     assert "which differs in cpu: " in line
     assert f"{other!r} there" in line
-    assert "Record here with --hpml-baseline=update" in line
+    assert "record this machine's with --hpml-baseline=update" in line
 
 
 def test_a_baseline_of_this_machine_under_another_name_is_said_so(project: Project) -> None:
@@ -102,6 +103,30 @@ def test_a_baseline_of_this_machine_under_another_name_is_said_so(project: Proje
     assert result.ret == pytest.ExitCode.OK
     line = next(x for x in result.outlines if x.startswith("hpml: no time baselines"))
     assert (
-        "the nearest machine-renamed.json, whose fingerprint is this machine's under another "
-        f"name (renamed? this machine's is {machine.name})"
+        f"no time baselines under this machine's name ({machine.name}); machine-renamed.json "
+        "has this machine's fingerprint under another name (renamed?)"
     ) in line
+
+
+def test_two_machines_of_one_kind_do_not_judge_each_others_times(project: Project) -> None:
+    # Two VMs of one kind: the same CPU, cores, torch and Python, two machine ids.
+    project.write_tests("import torch  # noqa: F401\n" + count_tests(1, timed=True))
+    project.bench("--hpml-baseline=update", "--hpml-machine-id=runner-a")
+    [recorded] = project.baseline_dir.glob("machine-*.json")
+    on_b = project.bench("-rA", "--hpml-machine-id=runner-b")
+    assert on_b.ret == pytest.ExitCode.OK
+    [line] = [x for x in on_b.outlines if "another machine of this kind" in x]
+    assert line == (
+        f"hpml: time baselines {recorded.name} were recorded on another machine of this kind: "
+        "times not judged, counts judged; record this machine's with --hpml-baseline=update"
+    )
+    verdicts = {row.split()[1]: row.split()[-1] for row in _rows(on_b)}
+    assert verdicts == {"time": "no-baseline", "n": "pass"}  # the count judged all the same
+    on_a = project.bench("--hpml-machine-id=runner-a")  # the machine that recorded them
+    assert not [x for x in on_a.outlines if "another machine" in x]
+    assert {row.split()[1]: row.split()[-1] for row in _rows(on_a)}["time"] != "no-baseline"
+
+
+def _rows(result: pytest.RunResult) -> list[str]:
+    """The verdict table's rows of one test (``test_inner.py::test_0 METRIC VERDICT ...``)."""
+    return [x for x in result.outlines if x.startswith("test_inner.py::test_0 ")]

@@ -17,7 +17,9 @@ from typing import Any, Callable, TypeVar, cast
 
 from .. import _compat
 from ..config.markers import BenchSettings
+from ..config.options import usable_cpus
 from ..hardware.torch_state import observed
+from . import cores as cores_free
 from . import metrics
 from .counters import DynamoCounters, count_flops, cuda_peak_memory, model_size, tracked_peak_memory
 from .measure import Cadence, Plan, Series, _timed, measure, users_error
@@ -345,9 +347,13 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         *,
         baseline: str | None = None,
         tolerance: float | None = None,
+        cores: dict[str, int] | None = None,
     ) -> dict[str, Series]:
         """Measure named callables with their rounds interleaved; record each one's time and
-        the speed-up of each over ``baseline`` (default: the first) as paired-round ratios."""
+        the speed-up of each over ``baseline`` (default: the first) as paired-round ratios.
+        ``cores``: how many cores a variant keeps busy (default 1); a speed-up where either
+        side needs more than one is judged only where the host left them free (Note [Free
+        cores])."""
         __tracebackhide__ = True  # calls the benchmarked code (Note [Tracebacks])
         if not isinstance(targets, dict):
             raise TypeError(f"{metrics.given('variants', 'targets', targets)}: give a dict")
@@ -360,6 +366,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         baseline = baseline or next(iter(targets))
         if baseline not in targets:
             raise ValueError(f"baseline {baseline!r} is not one of {', '.join(targets)}")
+        busy = _cores_of(targets, cores)
         self._claim("variants(...)")
         self._measures(*(f"time[{name}]" for name in targets))
         self._ready()
@@ -375,7 +382,9 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
                 self._count_work(dict(targets))
             return found
         compiled = DynamoCounters()
+        host = cores_free.snapshot()
         series, _ = measure(targets, replace(self._plan, after_warmup=compiled.mark))
+        free = cores_free.free_cores(host, cores_free.snapshot())
         self._feed(series[baseline])
         base, state = series[baseline], self._observe()
         self.state = state
@@ -393,6 +402,9 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
                     tolerance_from="variants(tolerance=...)" if tolerance else None,
                     state=state or None,
                 )
+                if max(busy[name], busy[baseline]) > 1:  # a speed-up over more cores
+                    ratio.cores = min(max(busy[name], busy[baseline]), usable_cpus())
+                    ratio.free_cores = free
                 self._put(f"speedup[{name}/{baseline}]", ratio.as_dict())
         for name, value in compiled.metrics().items():  # of all the variants together
             self._record(name, value)
@@ -743,3 +755,27 @@ def superseded(fixture: Any, plan: Plan) -> list[str]:
     return [
         f"pytest-benchmark's {name} is {why[name]}" for name in _compat.changed_settings(fixture)
     ]
+
+
+def _cores_of(targets: dict[str, Any], cores: Any) -> dict[str, int]:
+    """``variants(cores=...)`` checked at the call: each variant's cores, 1 where not named."""
+    __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
+    if cores is None:
+        return dict.fromkeys(targets, 1)
+    if not isinstance(cores, dict):
+        raise TypeError(
+            f"{metrics.given('variants', 'cores', cores)}: give a dict of variant names to "
+            "the cores each keeps busy"
+        )
+    for name, count in cores.items():
+        if name not in targets:
+            raise ValueError(
+                f"{metrics.given('variants', 'cores', cores)}: {name!r} is not one of the "
+                f"variants ({', '.join(map(repr, targets))})"
+            )
+        if not isinstance(count, numbers.Integral) or isinstance(count, bool) or count < 1:
+            raise ValueError(
+                f"{metrics.given('variants', 'cores', cores)}: {name!r} must keep a whole "
+                "number of cores >= 1 busy"
+            )
+    return {name: int(cores.get(name, 1)) for name in targets}

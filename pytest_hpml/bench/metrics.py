@@ -154,6 +154,10 @@ class Ratio(Sampled):
     KIND: ClassVar[Kind] = RATIO
     tolerance: float | None = None  # the threshold for this speed-up, instead of the run's
     tolerance_from: str | None = None  # where the tolerance was set, for the verdict's reason
+    # a speed-up between variants on different numbers of cores: the cores it needs free, and
+    # how many the host's other work left free while measured (Note [Free cores])
+    cores: int | None = None
+    free_cores: float | None = None
 
 
 @dataclass
@@ -183,6 +187,7 @@ class Instructions(Count):
 # ``flops[<dtype>]`` counts the FLOPs of each dtype.
 WORK_UNITS = {
     "ops": "",
+    "views": "",
     "syncs": "",
     "host_tensors": "",
     "copies": "",

@@ -39,6 +39,11 @@ INDEX_OPS = ("aten::index", "aten::index_put", "aten::index_put_")  # a boolean 
 # Tensors made from Python data (torch.tensor(...) of a list or a number): built on the host.
 HOST_TENSOR_OPS = ("aten::lift_fresh", "aten::lift_fresh_copy")
 COPY_OPS = ("aten::_to_copy", "aten::copy_")
+# In-place operators that change a tensor's shape or strides only: no kernel, as the views.
+METADATA_OPS = frozenset(
+    f"aten::{name}_"
+    for name in ("unsqueeze", "squeeze", "t", "transpose", "swapdims", "swapaxes", "as_strided")
+) | {"aten::detach_", "aten::sym_size", "aten::sym_stride", "aten::sym_numel"}
 FLOP_DTYPES = ("float64", "float32", "bfloat16", "float16")  # FLOPs recorded even when 0
 SITES_KEPT = 5  # source lines kept per operator in the record
 _INSIDE = (
@@ -82,7 +87,8 @@ class WorkCounter(StorageTracker):
 
     def __init__(self) -> None:
         super().__init__()
-        self.ops: Counter[str] = Counter()
+        self.ops: Counter[str] = Counter()  # operators that compute
+        self.views: Counter[str] = Counter()  # views and metadata operators: no kernel
         self.syncs: Counter[str] = Counter()  # what made the host wait: count
         self.copies: Counter[str] = Counter()  # "cpu->cuda": count
         self.copy_bytes = 0
@@ -115,7 +121,7 @@ class WorkCounter(StorageTracker):
         """Run the operator and count what it asked for."""
         out = func(*args, **kwargs)
         name = func.name().partition(".")[0]  # aten::add, of aten::add.Tensor
-        self.ops[name] += 1
+        (self.views if _is_view(func, name) else self.ops)[name] += 1
         why = _sync(name, args, out)
         if why:
             self.syncs[why] += 1
@@ -159,6 +165,7 @@ class WorkCounter(StorageTracker):
         the source lines of syncs, copies and host tensors)."""
         return {
             "ops": (sum(self.ops.values()), {"ops": dict(self.ops)}),
+            "views": (sum(self.views.values()), {"ops": dict(self.views)}),
             "syncs": (sum(self.syncs.values()), self._detail(self.syncs)),
             "host_tensors": (self.host_tensors, self._detail({}, HOST_TENSOR_OPS)),
             "copies": (sum(self.copies.values()), self._detail(self.copies, COPY_OPS)),
@@ -235,6 +242,13 @@ def count_flops_by_key(call: Callable[[], Any]) -> Counter[FlopKey] | None:
     except Exception:
         return None
     return counter.tally
+
+
+def _is_view(func: Any, name: str) -> bool:
+    """Whether an operator only makes a view or reads or sets metadata (Note [Work
+    counters]): its outputs alias its inputs by its schema, as ``view``, ``select`` and
+    ``expand`` do, or it is one of :data:`METADATA_OPS`."""
+    return name in METADATA_OPS or bool(getattr(func, "is_view", False))
 
 
 def _sync(name: str, args: tuple[Any, ...], out: Any) -> str | None:

@@ -651,8 +651,8 @@ OPTIONS: tuple[Option, ...] = (
         "counters",
         "which grown work counters fail a judging run: classes (host syncs, copies between "
         "devices, host tensors and FLOPs on any increase; operators, allocations, saved "
-        "tensors and instruction counts only beyond 5 percent, else shown as changed: Note "
-        "[Counter policy]) or strict (any increase fails)",
+        "tensors and instruction counts only beyond 5 percent, else shown as changed; views "
+        "never: Note [Counter policy]) or strict (any increase fails)",
         parse_counter_policy,
         "classes",
         "POLICY",
@@ -674,6 +674,16 @@ OPTIONS: tuple[Option, ...] = (
         parse_text,
         "",
         "NAME",
+    ),
+    Option(
+        "machine-id",
+        "machine_id",
+        "which machine of its kind this is, for its time baselines: a name that only this "
+        "machine is given (a runner's own, in a container or a cloned VM); default: this "
+        "installation's machine id (Note [Machine instance])",
+        parse_text,
+        "",
+        "ID",
     ),
     Option(
         "report",
@@ -748,6 +758,7 @@ class Settings(NamedTuple):
     counters: str
     peak_flops: float | None  # None: the hook's, or the table's
     machine: str
+    machine_id: str
     report: str
     report_md: str
     report_html: str

@@ -38,6 +38,7 @@ RERUN_PREFIX = "pytest-hpml-rerun-"  # the name of every request file starts so
 RERUN_FORMAT = "pytest-hpml-rerun/1"  # every request's "format" field
 RANK_RESULT_ENV = "HPML_RANK_RESULT"  # a spawned rank writes its reports here
 RANK_BENCH_TIME_ENV = "HPML_RANK_BENCH_TIME"  # seconds of rounds per benchmark in a rank
+RANK_PARENT_ENV = "HPML_RANK_PARENT"  # the pid of what started a rank: it dies with it
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
 
 # (rank, world size, local rank) variables of each launcher, first match wins.

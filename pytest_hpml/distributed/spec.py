@@ -18,6 +18,7 @@ import pytest
 from ..config import markers
 from ..config.options import OPTIONS, usable_cpus
 from ..config.role import (
+    RANK_PARENT_ENV,
     RANK_RESULT_ENV,
     backend_source,
     launch,
@@ -32,7 +33,7 @@ RESULT_ENV = RANK_RESULT_ENV  # a spawned rank writes its reports here
 TEST_ENV = "HPML_RANK_TEST"  # the node id a spawned rank runs
 BACKEND_ENV = "HPML_RANK_BACKEND"  # the backend the parent chose for the test
 TIMEOUT_ENV = "HPML_RANK_TIMEOUT"  # seconds, for the process group's collectives
-PARENT_ENV = "HPML_RANK_PARENT"  # the parent's pid: a rank dies with it
+PARENT_ENV = RANK_PARENT_ENV  # the parent's pid: a rank dies with it
 GROUP_ENV = "HPML_RANK_GROUP"  # "0": a test run apart on leased GPUs, no process group
 STACKS_ENV = "HPML_RANK_STACKS"  # where a spawned rank writes its stacks when asked
 

@@ -1,7 +1,8 @@
 """The machine fingerprint that time baselines are keyed by.
 
 It covers what changes timings (CPU model and usable cores, GPU model and count, driver, CUDA,
-torch and Python versions) and hashes to a short id; a human-readable name goes with it.
+torch and Python versions) and which machine of that kind this is (Note [Machine instance]), and
+hashes to a short id; a human-readable name goes with it.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import platform
 import re
 from dataclasses import asdict, dataclass
@@ -31,13 +33,22 @@ class Fingerprint:
     python: str
     system: str
     name: str = ""
+    instance: str | None = None  # which machine of this kind (Note [Machine instance])
 
     @property
     def id(self) -> str:
         """A short hash of the timing-relevant fields (not the name; the CPU without its stated
-        clock: Note [CPU clock])."""
-        blob = json.dumps({f: self._relevant(f) for f in FIELDS}, sort_keys=True)
+        clock: Note [CPU clock]) and of the instance, where known."""
+        fields = {f: self._relevant(f) for f in FIELDS}
+        if self.instance is not None:  # None: the ids of fingerprints made without one stay
+            fields["instance"] = self.instance
+        blob = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    @property
+    def kind(self) -> str:
+        """The id of this machine's kind: every timing-relevant field, not the instance."""
+        return dataclasses.replace(self, instance=None).id
 
     def _relevant(self, field: str) -> Any:
         value = getattr(self, field)
@@ -67,6 +78,10 @@ class Fingerprint:
             if self._relevant(f) != other._relevant(f)
         ]
 
+    def same_kind(self, other: Fingerprint) -> bool:
+        """Whether ``other`` is a machine of this kind, another instance of it or this one."""
+        return not self.differences(other)
+
     def with_name(self, name: str) -> Fingerprint:
         """The same machine under a human-readable name (``--hpml-machine``)."""
         return dataclasses.replace(self, name=name)
@@ -75,7 +90,12 @@ class Fingerprint:
     def from_dict(cls, data: dict[str, Any]) -> Fingerprint:
         values = {f: data.get(f) for f in FIELDS}
         values["gpus"] = tuple(values["gpus"] or ())
-        return cls(**values, name=data.get("name", ""))
+        instance = data.get("instance")
+        return cls(
+            **values,
+            name=data.get("name", ""),
+            instance=instance if isinstance(instance, str) else None,
+        )
 
 
 def cpu_model() -> str:
@@ -100,8 +120,43 @@ def default_name(fp: Fingerprint) -> str:
     return f"{cpu} ({fp.cores} cores){gpus}, torch {fp.torch}"
 
 
-def current(hardware: Any, name: str = "") -> Fingerprint:
-    """This machine's fingerprint; ``hardware`` is the session's :class:`~.devices.Hardware`.
+# Where Linux keeps the id of an installation (systemd's machine-id(5)), in the order read.
+MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+CONTAINER_FILES = ("/.dockerenv", "/run/.containerenv")
+
+
+def instance(named: str = "") -> str:
+    """Which machine of its kind this is, as a short hash (Note [Machine instance]): of
+    ``named`` (--hpml-machine-id) where given; else of the installation's machine id, with the
+    boot's id inside a container (whose machine id is its image's); else of the host name."""
+    if named:
+        source = f"named {named}"
+    else:
+        parts = [_first_line(MACHINE_ID_FILES)]
+        if any(os.path.exists(path) for path in CONTAINER_FILES):
+            parts.append(_first_line((BOOT_ID_FILE,)))
+        source = " ".join(p for p in parts if p) or f"host {platform.node()}"
+    # app-specific, as systemd asks: the machine id itself is never written anywhere
+    return hashlib.sha256(f"pytest-hpml machine instance: {source}".encode()).hexdigest()[:12]
+
+
+def _first_line(paths: tuple[str, ...]) -> str:
+    """The first line of the first of ``paths`` that holds one, else ""."""
+    for path in paths:
+        try:
+            with open(path, encoding="ascii", errors="replace") as file:
+                line = file.readline(256).strip()
+        except OSError:
+            continue
+        if line:
+            return line
+    return ""
+
+
+def current(hardware: Any, name: str = "", named_instance: str = "") -> Fingerprint:
+    """This machine's fingerprint; ``hardware`` is the session's :class:`~.devices.Hardware`,
+    ``named_instance`` what --hpml-machine-id says this machine is.
 
     Found without importing torch while it is not loaded (a run of pure-Python benchmarks
     would pay seconds for it): the versions come from torch's files, the GPUs from a probe."""
@@ -116,4 +171,5 @@ def current(hardware: Any, name: str = "") -> Fingerprint:
         python=".".join(platform.python_version_tuple()[:2]),
         system=f"{platform.system()}-{platform.machine()}",
         name=name,
+        instance=instance(named_instance),
     )

@@ -250,14 +250,55 @@ def _shown(counts: Mapping[str, int], name: str) -> str:
     return f"{'<' if _bounded(counts, name) else ''}{_count(counts, name):,}"
 
 
+# A speed-up over more cores is judged where the host left them free, all but this share of
+# one core (its own daemons' work, a tick of the clock): Note [Free cores].
+CORE_SLACK = 0.25
+
+
+def has_free_cores(run: Mapping[str, Any], needed: int) -> bool:
+    """Whether the host's other work left ``needed`` cores free while ``run`` measured."""
+    free = run.get("free_cores")
+    return free is not None and free >= needed - CORE_SLACK
+
+
+def short_of_cores(needed: int, where: str, process_runs: Sequence[Mapping[str, Any]]) -> str:
+    """Why a speed-up over ``needed`` cores is not judged on ``process_runs`` (of ``where``)."""
+    known = [r["free_cores"] for r in process_runs if r.get("free_cores") is not None]
+    if not known:
+        return (
+            f"a speed-up over {needed} cores: {where} does not say whether they were free "
+            "(Note [Free cores]); not judged"
+        )
+    return (
+        f"a speed-up over {needed} cores: the host's other work left {min(known):.2g} of them "
+        f"free while {where} measured (Note [Free cores]); not judged"
+    )
+
+
 def judge_ratio(
     record: Mapping[str, Any], base: Mapping[str, Any] | None, threshold: float
 ) -> stats.Comparison:
     """A speed-up measured in one run: its paired-round ratios, raw (the reference cancels
-    out of a ratio), at the record's tolerance if it has one."""
+    out of a ratio), at the record's tolerance if it has one; a speed-up over more cores only
+    on the process runs that had them free."""
     current, stored = runs(record), [] if base is None else runs(base)
     if not any(r.get("samples") for r in stored):
         return stats.Comparison(stats.NO_BASELINE, current=_median(pooled(current)))
+    needed, left_out = record.get("cores"), ""
+    if needed:
+        for where, side in (("this run", current), ("the baseline", stored)):
+            if not any(has_free_cores(r, needed) for r in side):
+                reason = short_of_cores(needed, where, side)
+                return stats.Comparison(
+                    stats.INCONCLUSIVE, current=_median(pooled(current)), reason=reason
+                )
+        kept = [[r for r in side if has_free_cores(r, needed)] for side in (current, stored)]
+        if len(kept[0]) + len(kept[1]) < len(current) + len(stored):
+            left_out = (
+                f"judged on the {len(kept[0])} of {len(current)} process runs and "
+                f"{len(kept[1])} of {len(stored)} baseline runs that had {needed} cores free"
+            )
+        current, stored = kept
     samples = Judged([r["samples"] for r in current], [r["samples"] for r in stored])
     result = stats.compare_samples(
         *samples.pooled(),
@@ -265,6 +306,7 @@ def judge_ratio(
         higher_is_worse=metrics.higher_is_worse(record),
         processes=samples.process_medians(),
     )
+    result = _with_reason(result, left_out)
     return with_states(result, {"baseline": stored, "this run": current})
 
 

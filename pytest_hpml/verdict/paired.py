@@ -19,7 +19,7 @@ from typing import Any
 
 from ..bench import metrics
 from . import stats
-from .judge import busy, joined, judge_count, with_states
+from .judge import busy, has_free_cores, joined, judge_count, short_of_cores, with_states
 
 
 def judge_paired(
@@ -45,6 +45,13 @@ def judge_paired(
         )
         return varying(judge_count({**record, **head}, base, threshold), record, pairs)
     usable = [(h, b) for h, b in pairs if h.get("samples") and b.get("samples")]
+    needed = record.get("cores") if kind.judge == "ratio" else None
+    if needed:  # a speed-up over more cores, on the pairs that had them free
+        free = [p for p in usable if all(has_free_cores(run, needed) for run in p)]
+        if len(free) < 2 <= len(usable):
+            reason = short_of_cores(needed, "the pairs", [run for p in usable for run in p])
+            return stats.Comparison(stats.INCONCLUSIVE, reason=reason)
+        usable = free
     if len(usable) < 2:
         reason = f"{len(usable)} complete pair(s) of processes: at least 2 are needed"
         return stats.Comparison(stats.INCONCLUSIVE, reason=reason)

@@ -32,7 +32,7 @@ from .judge import busy, runs, threshold_said
 
 MAX_STORED_SAMPLES = 400
 EARLIER_RUNS = 6  # process runs kept besides the latest run's by --hpml-baseline=append
-RUN_FIELDS = ("samples", "reference", "budget", "load", "state", "recorded", "commit")
+RUN_FIELDS = ("samples", "reference", "budget", "load", "free_cores", "state", "recorded", "commit")
 
 
 # The host's slow spells measured on the 2-core VMs lasted up to a second, so a process of the
@@ -477,7 +477,8 @@ class Verdicts:
 
     def other_machines(self) -> str | None:
         """When sampled metrics found no baseline because this machine's fingerprint has no
-        file but other machines' do: which, and how the nearest differs. None otherwise."""
+        file but other machines' do: which, and how the nearest differs (another instance of
+        this kind first: Note [Machine instance]). None otherwise."""
         if self.duty.baseline != "compare":
             return None
         mine = baselines.machine_path(self.directory, self.fingerprint)
@@ -494,21 +495,28 @@ class Verdicts:
                 theirs = fingerprint.Fingerprint.from_dict(baselines.load(path)["fingerprint"])
             except (baselines.BaselineError, KeyError, TypeError, AttributeError):
                 continue
-            stored.append((self.fingerprint.differences(theirs), path.name))
+            stored.append((self.fingerprint.differences(theirs), theirs, path.name))
         if not stored:
             return None
-        differences, name = min(stored, key=lambda found: len(found[0]))
-        how = (
-            f"which differs in {'; '.join(differences)}"
-            if differences
-            else f"whose fingerprint is this machine's under another name (renamed? this "
-            f"machine's is {mine.name})"
-        )
+        record = "record this machine's with --hpml-baseline=update"
+        same = [(theirs, name) for differences, theirs, name in stored if not differences]
+        for theirs, name in same:
+            if theirs.instance == self.fingerprint.instance:
+                return (
+                    f"no time baselines under this machine's name ({mine.name}); {name} has "
+                    "this machine's fingerprint under another name (renamed?): times not judged"
+                )
+        if same:
+            return (
+                f"time baselines {same[0][1]} were recorded on another machine of this kind: "
+                f"times not judged, counts judged; {record}"
+            )
+        differences, _, name = min(stored, key=lambda found: len(found[0]))
         return (
             f"no time baselines for this machine ({self.fingerprint.label}, id "
-            f"{self.fingerprint.id}); {len(stored)} other machine(s) stored, the nearest "
-            f"{name}, {how}. Record here with "
-            "--hpml-baseline=update, or key baselines your own way (pytest_hpml_fingerprint)"
+            f"{self.fingerprint.id}): times not judged, counts judged; {len(stored)} other "
+            f"machine(s) stored, the nearest {name}, which differs in {'; '.join(differences)}; "
+            f"{record}, or key baselines your own way (pytest_hpml_fingerprint)"
         )
 
     def unit(self, test: str, name: str) -> str:
