@@ -932,7 +932,8 @@ SHOWN: list[Case] = [
             "--hpml-report-md=/dev/stdout",
         ),
         rf"{NO_RAW}Machine: box\\\\u202e\\\\u2066 \(.*"
-        r"hpml: no time baselines for this machine \(box\\u202e\\u2066, id \w+\); .*"
+        r"hpml: no time baselines for this machine \(box\\u202e\\u2066, id \w+\): times not "
+        r"judged, .*"
         rf"the nearest machine-{CRAFTED_SHOWN}\.json, ",
         0,
         files={"test_bench.py": BENCH, f"baselines/machine-{CRAFTED}.json": OTHER_MACHINE},

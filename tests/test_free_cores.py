@@ -3,8 +3,10 @@ what the measuring process counts as the host's other work, and the verdicts it 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -28,17 +30,20 @@ SPIN = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() 
 
 
 @pytest.fixture
-def hogs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Busy processes on all usable cores but one, as another job on the runner."""
-    started = [
-        subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=120)])
-        for _ in range(max(1, usable_cpus() - 1))
-    ]
+def hogs() -> Iterator[list[int]]:
+    """Busy processes on all usable cores but one, as another job on the runner: started by
+    a shell that exits at once, so that they are no descendants of this process (whose own
+    work would not count as the host's other work)."""
+    started = []
+    for _ in range(max(1, usable_cpus() - 1)):
+        spin = f"{sys.executable} -c '{SPIN.format(seconds=120)}' >/dev/null 2>&1 & echo $!"
+        shell = subprocess.run(["sh", "-c", spin], capture_output=True, text=True, check=True)
+        started.append(int(shell.stdout))
     time.sleep(0.3)  # running, not starting
     yield started
-    for hog in started:
-        hog.kill()
-        hog.wait()
+    for pid in started:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -47,10 +52,10 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def test_another_process_counts_as_the_hosts_other_work(hogs: list[Any]) -> None:
-    before, theirs = cores.snapshot(), sum(cpu_seconds(h.pid) for h in hogs)
+def test_another_process_counts_as_the_hosts_other_work(hogs: list[int]) -> None:
+    before, theirs = cores.snapshot(), sum(cpu_seconds(pid) for pid in hogs)
     time.sleep(1.0)
-    after, spent = cores.snapshot(), sum(cpu_seconds(h.pid) for h in hogs) - theirs
+    after, spent = cores.snapshot(), sum(cpu_seconds(pid) for pid in hogs) - theirs
     assert before is not None
     assert after is not None
     free = cores.free_cores(before, after)
@@ -96,16 +101,16 @@ def test_threads(benchmark):
 
 @pytest.mark.skipif(usable_cpus() < 2, reason="a speed-up over 2 cores needs 2")
 def test_a_speedup_over_more_cores_measured_beside_another_job_is_not_judged(
-    project: Project, hogs: list[Any]
+    project: Project, hogs: list[int]
 ) -> None:
     project.write_tests(THREADS)
-    for hog in hogs:  # record on a host whose cores are free (as far as this test can)
-        hog.send_signal(19)  # SIGSTOP
+    for pid in hogs:  # record on a host whose cores are free (as far as this test can)
+        os.kill(pid, signal.SIGSTOP)
     project.bench("--hpml-baseline=update").assert_outcomes(passed=1)
     stored = project.stored("machine")["test_inner.py::test_threads"]["speedup[two/one]"]
     assert stored["cores"] == 2
-    for hog in hogs:
-        hog.send_signal(18)  # SIGCONT: another job takes a core while this run measures
+    for pid in hogs:  # another job takes a core while this run measures
+        os.kill(pid, signal.SIGCONT)
     result = project.bench("--hpml-report=r.json")
     [found] = json.loads((project.path / "r.json").read_text())["results"]
     verdict = found["verdicts"]["speedup[two/one]"]

@@ -9,6 +9,7 @@ takes about a second), measured head against base in real processes.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import sysconfig
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_hpml.verdict import stats
+from pytest_hpml.verdict import paired, stats
 from tests.conftest import BENCH_TIME, committed, git
 from tests.test_against import QUICK, TESTS, WORK
 
@@ -106,23 +107,20 @@ def test_the_rule_the_summary_states_is_built_from_the_values_the_judge_uses(
     result = repo.run("--hpml-against=HEAD", *QUICK, "-k", "timed")
     result.stdout.fnmatch_lines(
         [
-            "hpml: each side's time is its best process's fastest sample (up to 3 processes a "
-            "side; *"
-            "steady processes (within 10% of its best; *) puts it beyond chance at 5%, "
-            "one-sided, and "
-            "the middle pair of processes saw it too; *"
+            "hpml: a pair's ratio is the median over the slices its two processes measured in "
+            "turns on one CPU (0.01 s each) of the ratio of their fastest samples *; the pairs "
+            "that agree (a group of more than half, where they fall 20% apart) are judged by a "
+            "t test on their log-ratios, * beyond chance at 5%, one-sided; up to 3 pairs, *"
         ]
     )
     # the judge's own values: the text follows them
-    monkeypatch.setattr(stats, "STEADY", 1.2)
-    monkeypatch.setattr(stats, "PAIR_TRIM", 0.25)
-    monkeypatch.setattr(stats, "STEADY_LEAST", 4)
+    monkeypatch.setattr(stats, "SPLIT", math.log(1.5))
+    monkeypatch.setattr(paired, "SLICE", 0.05)
     result = repo.run("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=5", "-k", "timed")
     result.stdout.fnmatch_lines(
         [
-            "*steady processes (within 20% of its best; with fewer than 4 a side, Yuen's t "
-            "test on the pairs, 25% of them set aside at each end)*5% shared by 2 looks (after "
-            "3 and 5 pairs: 0.025 each), one-sided*"
+            "*turns on one CPU (0.05 s each)*where they fall 50% apart*5% shared by 2 looks "
+            "(after 3 and 5 pairs: 0.025 each), one-sided*"
         ]
     )
 
@@ -167,7 +165,7 @@ def test_a_threshold_not_the_runs_is_said_with_where_it_came_from(repo: Project)
 def test_the_table_says_what_its_columns_hold(repo: Project) -> None:
     result = repo.run("--hpml-against=HEAD", *QUICK, "-k", "timed")
     result.stdout.fnmatch_lines(
-        ["hpml: columns: baseline and current are the base's and the head's value as judged*"]
+        ["hpml: columns: baseline is the geometric mean of the base processes' fastest samples*"]
     )
     result = repo.run(BENCH_TIME, "--hpml-baseline=update", "-k", "timed")
     result = repo.run(BENCH_TIME, "-k", "timed")

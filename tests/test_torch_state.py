@@ -1,4 +1,4 @@
-"""Measured as the user wrote it (Note [Torch state], Note [Split processes]): the thread count
+"""Measured as the user wrote it (Note [Torch state], Note [Split pairs]): the thread count
 and the seed apply however the test imports torch, in every process that measures; a count
 that depends on random data is the same in every process once seeded; and a verdict whose
 processes measured at two speeds says so instead of trusting the lucky ones.
@@ -149,9 +149,8 @@ def test_processes_at_two_speeds_are_never_called_changed(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same code on both sides, two of the head side's five processes four times faster:
-    whichever rule judges (the steady processes, the pairs among themselves, the pairs near
-    the middle one; which one depends on how the busy machine spread the processes), no change
-    is claimed, and the reason says what was judged."""
+    the pairs that agree judge, the two set aside, and no change is claimed (Note [Split
+    pairs])."""
     counters = project.path.parent / "counters"
     counters.mkdir()
     monkeypatch.setenv("SPLIT_DIR", str(counters))
@@ -163,7 +162,7 @@ def test_processes_at_two_speeds_are_never_called_changed(
     (verdict,) = (r["verdicts"]["time"] for r in json.loads(report.read_text())["results"])
     assert min(verdict["sides"]["head"]) < 0.5 * min(verdict["sides"]["base"]), verdict
     assert verdict["verdict"] in ("inconclusive", "pass"), verdict
-    assert "steady processes: head " in verdict["reason"], verdict
+    assert "pairs set aside at 0.2" in verdict["reason"], verdict
     assert result.ret == pytest.ExitCode.OK
 
 

@@ -196,7 +196,9 @@ def benchmark(project: Path, work: str, scale: float, storage: Path) -> dict[str
 def replay(files: Sequence[Path], threshold: float) -> None:
     """Judge each stored comparison (one that kept all its pairs: ``--full``) as this
     checkout's adaptive rule would have: each look on the first pairs, stopping where it
-    stops; print the verdicts per version and load."""
+    stops; print the verdicts per version and load. The pairs' ratios are the stored ones; a
+    file from before pairs were compared slice by slice (Note [Slices]) has the ratios of the
+    processes' fastest samples only, and those stand in for them."""
     from pytest_hpml.verdict import stats
 
     found: dict[tuple[str, str], list[tuple[str, int]]] = {}
@@ -204,11 +206,11 @@ def replay(files: Sequence[Path], threshold: float) -> None:
         sides, cap = line["hpml"]["sides"], line["hpml"]["pairs_cap"]
         if line["hpml"]["pairs_taken"] < cap:
             continue  # stopped early: the later looks cannot be replayed
+        ratios = line["hpml"].get("pairs") or [h / b for h, b in zip(sides["head"], sides["base"])]
         looks = stats.looks(cap)
         for done in looks:
-            result = stats.compare_sides(
-                sides["head"][:done], sides["base"][:done], threshold=threshold, looks=len(looks)
-            )
+            agreeing, _ = stats.majority(ratios[:done])
+            result = stats.compare_pairs(agreeing, threshold=threshold, looks=len(looks))
             if stats.settled(result) or stats.hopeless(result, done, cap, len(looks)):
                 break
         load = f"{line['hogs']} hogs, {line['bursty']} bursty" + (

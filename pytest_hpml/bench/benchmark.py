@@ -45,6 +45,7 @@ def time_metric(
         iterations=series.iterations,
         load=series.load,
         state=state or None,
+        slices=series.slices or None,
     ).as_dict()
 
 
@@ -59,6 +60,7 @@ def rate_metric(
         cpu_samples=cpu or None,
         reference=series.reference,
         state=state or None,
+        slices=series.slices or None,
     ).as_dict()
 
 

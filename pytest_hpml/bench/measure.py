@@ -70,6 +70,8 @@ class Series:
     reference_seconds: float = 0.0  # and how long, in all
     seconds: float = 0.0  # wall time of the rounds of all targets, the reference included
     load: float | None = None  # 1-minute load average per usable core when the rounds ended
+    # where each slice of a pair's process began, as indices into ``samples`` (Note [Slices])
+    slices: list[int] = field(default_factory=list)
 
     @property
     def median(self) -> float:
@@ -287,6 +289,8 @@ def measure(
             resumed = plan.timer()
             deadline, paused = deadline + resumed - now, paused + resumed - now
             ends = resumed + plan.slice
+            for s in series.values():  # every target has as many samples here
+                s.slices.append(len(s.samples))
     load = load_per_core()
     for s in series.values():
         s.seconds, s.load = time.perf_counter() - began - paused, load

@@ -118,6 +118,8 @@ class Sampled(Metric):
     load: float | None = None  # 1-minute load average per usable core, at the rounds' end
     # torch's thread count, grad mode, default dtype... while measured (Note [Torch state])
     state: dict[str, Any] | None = None
+    # in a process of the pairs: where each slice after the first began (Note [Slices])
+    slices: list[int] | None = None
 
 
 @dataclass

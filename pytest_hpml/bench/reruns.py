@@ -67,6 +67,10 @@ TURN_KEY = "turn"
 # In a rerun's request from a process the fork server forked: where that server takes requests
 # for a distributed test's ranks ({"address", "pid", "python"}; Note [Fork server]).
 FORKSERVER_KEY = "forkserver"
+# In a rerun's request of the pairs: a number the two processes of a pair share and the next
+# pair draws anew; it sets their hash seed where they start fresh and their heap's first
+# allocations (Note [Pair seeds]).
+PAIR_SEED_KEY = "pair_seed"
 # what one process's run of a metric keeps
 RUN_KEYS = ("samples", "reference", "budget", "load", "state")
 STOP_GRACE = 5.0  # seconds an interrupted process gets to end before it is killed
@@ -269,10 +273,12 @@ class Turn:
             if over:
                 return b""
 
-    def go(self) -> None:
-        """Its turn (after READY), or on to its next benchmark (after MEASURED)."""
+    def go(self, cpu: int | None = None) -> None:
+        """Its turn (after READY or SLICED), measuring on the ``cpu``-th of the CPUs it may use
+        (Note [Slices]), or on to its next benchmark (after MEASURED, no ``cpu``)."""
+        word = NEXT if cpu is None else bytes([cpu % 255])
         with contextlib.suppress(OSError):  # it ended before measuring: nobody reads the pipe
-            os.write(self._go, b"g")
+            os.write(self._go, word)
 
     def stop(self) -> None:
         """Ctrl-C: stop the process, as :func:`ask` would."""
@@ -292,22 +298,26 @@ class Turn:
 # what a process of a pair says through its Turn: ready to measure, a slice measured (Note
 # [Slices]), the test measured and ended
 READY, SLICED, MEASURED = b"r", b"s", b"m"
-SLICE = 0.1  # seconds a process of a pair measures before the other measures as long
+SLICE = 0.01  # seconds a process of a pair measures before the other measures as long
+NEXT = b"\xff"  # the controller's word after MEASURED; before a slice, the CPU's index
 
 
-def take_turns(order: Sequence[Turn], running: Sequence[Any]) -> None:
+def take_turns(order: Sequence[Turn], running: Sequence[Any], first_cpu: int = 0) -> None:
     """Let the processes of a pair (``running``: their futures, which are done once they
     ended) measure each benchmark in turns, in ``order``, a slice each until each has
-    measured all of it (Note [Slices]), and go on to the next side by side, until every one
-    has ended (Note [Cheaper processes])."""
+    measured all of it, both on one CPU (Note [Slices]): the ``first_cpu``-th of those they
+    may use for the first benchmark, the next for the next. Then they go on to the next side
+    by side, until every one has ended (Note [Cheaper processes])."""
     said = [turn.said(process.done) for turn, process in zip(order, running)]
+    cpu = first_cpu
     while READY in said:
         measuring = [i for i, word in enumerate(said) if word == READY]
         while measuring:  # a slice each, in order, until each has measured all of its turn
             for index in measuring:
-                order[index].go()
+                order[index].go(cpu)
                 said[index] = order[index].said(running[index].done)
             measuring = [i for i in measuring if said[i] == SLICED]  # not MEASURED, not ended
+        cpu += 1
         waiting = [i for i, word in enumerate(said) if word == MEASURED]
         for index in waiting:
             order[index].go()
@@ -351,15 +361,15 @@ def _close(end: int) -> None:
         os.close(end)
 
 
-def _tell(ends: Sequence[int], word: bytes) -> bool:
-    """Say ``word`` to the controller and wait for its answer; False once it is gone (then
-    this process goes on alone, and dies with it)."""
+def _tell(ends: Sequence[int], word: bytes) -> bytes:
+    """Say ``word`` to the controller and wait for its answer (a byte); ``b""`` once it is
+    gone (then this process goes on alone, and dies with it)."""
     ready, go = ends
     try:
         os.write(ready, word)
-        return bool(os.read(go, 1))  # nothing, at the pipe's end: the controller let it go
+        return os.read(go, 1)  # nothing, at the pipe's end: the controller let it go
     except OSError:
-        return False
+        return b""
 
 
 def interrupted(config: pytest.Config) -> None:
@@ -454,6 +464,11 @@ class Rerun:
         self.holding = False  # the test running took its turn (Turn)
         self._server = request.get(FORKSERVER_KEY)
         self._client: Client | None = None
+        self._cpus = _allowed_cpus()  # where this process may run, pinned while it measures
+        self._pinned = False
+        # kept for the process's life: the heap's first allocations, as its pair's (Note [Pair
+        # seeds])
+        self._pad = heap_pad(request.get(PAIR_SEED_KEY))
 
     def forker(self) -> Client | None:
         """What forks the ranks of a distributed test here: the fork server that forked this
@@ -467,13 +482,14 @@ class Rerun:
                 self._client = Client(address, pid, python)
         return self._client
 
-    def take_turn(self) -> None:
+    def take_turn(self, measuring: bool = True) -> None:
         """Before a test's first measurement: wait for this process's turn (:class:`Turn`);
-        once a test, which gives the turn back when it has ended."""
+        once a test, which gives the turn back when it has ended. ``measuring``: this thread
+        measures, on the CPU the controller names (Note [Slices]); a test run in ranks takes
+        the turn for them, unpinned, so that the ranks it starts are not."""
         if self.turn and not self.holding:
             self.holding = True
-            if not _tell(self.turn, READY):
-                self._alone()
+            self._resume(_tell(self.turn, READY), measuring)
 
     @property
     def paired(self) -> bool:
@@ -488,8 +504,27 @@ class Rerun:
     def pass_turn(self) -> None:
         """Mid-turn, between two samples: let the other process of the pair measure a slice,
         and go on once it has (Note [Slices])."""
-        if self.turn and self.holding and not _tell(self.turn, SLICED):
+        if self.turn and self.holding:
+            self._resume(_tell(self.turn, SLICED), self._pinned)
+
+    def _resume(self, answer: bytes, measuring: bool) -> None:
+        """Go on measuring after the controller's ``answer``, on the CPU it names."""
+        if not answer:
             self._alone()
+        elif measuring and self._cpus and answer != NEXT:
+            self._pin({self._cpus[answer[0] % len(self._cpus)]})
+
+    def _pin(self, cpus: set[int]) -> None:
+        """This thread on ``cpus`` only; where it cannot be, as it was."""
+        try:
+            os.sched_setaffinity(0, cpus)
+        except (AttributeError, OSError):
+            return
+        self._pinned = cpus != set(self._cpus)
+
+    def _unpin(self) -> None:
+        if self._pinned:
+            self._pin(set(self._cpus))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Any:
@@ -499,10 +534,11 @@ class Rerun:
         without passing it, and the other process's ranks would measure beside them (Note
         [Slices])."""
         if markers.runs_in_ranks(item):
-            self.take_turn()
+            self.take_turn(measuring=False)
         try:
             return (yield)
         finally:
+            self._unpin()  # the next test sets up on any core, beside the other process
             if self.turn and self.holding:
                 self.holding = False
                 if not _tell(self.turn, MEASURED):
@@ -510,6 +546,7 @@ class Rerun:
 
     def _alone(self) -> None:
         """The controller is gone or let go: measure without turns from now on."""
+        self._unpin()
         for end in self.turn or ():
             _close(end)
         self.turn = None
@@ -563,3 +600,23 @@ class Rerun:
     def pytest_terminal_summary(self, exitstatus: int) -> None:
         """The answer is written (:meth:`pytest_sessionfinish`): end before the summary."""
         end_before_summary(exitstatus)
+
+
+def _allowed_cpus() -> list[int]:
+    """The CPUs this process may run on, in order; none where it cannot tell."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return []
+
+
+def heap_pad(seed: Any) -> list[bytes]:
+    """Objects of sizes drawn from ``seed``, made before the tests are collected: the heap
+    then places what follows as the other process of the pair does, and as no other pair
+    does (Note [Pair seeds]). None for no seed."""
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        return []
+    import random
+
+    draw = random.Random(seed)
+    return [bytes(draw.randrange(1, 512)) for _ in range(draw.randrange(1, 2048))]

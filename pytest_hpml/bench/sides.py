@@ -15,6 +15,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -316,14 +317,22 @@ class Against:
 
         self._start_server()
         # the first pair, which counts, collects everything: it lists each side's benchmarks
-        request = {reruns.COUNTS_KEY: counts, reruns.NARROW_KEY: bool(found and found.measured)}
+        seed = random.getrandbits(32)  # the pair's own (Note [Pair seeds])
+        request = {
+            reruns.COUNTS_KEY: counts,
+            reruns.NARROW_KEY: bool(found and found.measured),
+            reruns.PAIR_SEED_KEY: seed,
+        }
+        # a process started fresh hashes as its pair's other does; a forked one as the server
+        env = {} if "PYTHONHASHSEED" in os.environ else {"PYTHONHASHSEED": str(seed)}
         turns = [reruns.Turn() for _ in order]
         pool = ThreadPoolExecutor(len(order), thread_name_prefix="hpml-pair")
         running = [
-            pool.submit(self.asker(side), tests, bench_time, request=request, turn=turn)
+            pool.submit(self.asker(side), tests, bench_time, env=env, request=request, turn=turn)
             for side, turn in zip(order, turns)
         ]
-        return _Started(order, list(tests), turns, pool, running)
+        index = len(found.measured) if found is not None else 0
+        return _Started(order, list(tests), turns, pool, running, first_cpu=index)
 
     def watch_imports(self) -> None:
         """Start the fork server the moment this process starts importing torch (or
@@ -403,7 +412,7 @@ class Against:
         try:
             if before is not None:
                 before()
-            reruns.take_turns(started.turns, started.running)
+            reruns.take_turns(started.turns, started.running, started.first_cpu)
             return {
                 side.name: _take(found, side, *process.result())
                 for side, process in zip(started.order, started.running)
@@ -424,6 +433,7 @@ class _Started:
     turns: list[reruns.Turn]
     pool: Any  # a concurrent.futures.ThreadPoolExecutor
     running: list[Any]  # its futures: (CompletedProcess, answer) once a process ended
+    first_cpu: int = 0  # which of the usable CPUs its first benchmark measures on
 
     def stop(self) -> None:
         """Stop both processes, as Ctrl-C does."""

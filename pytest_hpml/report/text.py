@@ -108,11 +108,10 @@ def legend(against: bool) -> str:
     """What each column of the verdict table holds, the same in every row of one mode."""
     if against:
         return (
-            "columns: baseline and current are the base's and the head's value as judged: a "
-            "time or rate, each side's best process's fastest sample (judged on the pairs, the "
-            "geometric mean of their processes' fastest samples); a speed-up, the geometric "
-            "mean of each side's processes' medians; a count, its middle value; change is "
-            "current / baseline - 1 (raw change the same: no reference workload here)"
+            "columns: baseline is the geometric mean of the base processes' fastest samples (a "
+            "speed-up, of their medians; a count, its middle value); change is the geometric "
+            "mean of the pairs' ratios that were judged, and current the baseline moved by it "
+            "(raw change the same: no reference workload here)"
         )
     return (
         "columns: baseline and current are medians of the raw rounds (a count, its value); raw "

@@ -1,23 +1,25 @@
 """Verdicts of head against base (``--hpml-against``): each metric judged on the pairs of
 processes that measured both sides side by side (Note [Head against base]).
 
-A time or rate gives one value per process, its fastest sample (Note [Fastest sample]), on the
-measuring thread's CPU clock where the work ran on that thread (Note [Thread clock]); each side
-stands by its best process, and Welch's t test on each side's steady processes, plus the
-threshold, decides (Note [Steady processes]). A speed-up measured within one run gives one
-ratio per pair, of the processes' medians, judged by a one-sample t test. A count is
-compared exactly between the sides (the median of its processes' values, for a measured
-value recorded with a tolerance).
+A time or rate gives one ratio per pair: the two processes measured it in turns, slice by
+slice on one CPU, and the pair's ratio is the median over their slices of the ratio of each
+slice's fastest sample (Note [Slices]), on the measuring thread's CPU clock where the work ran
+on that thread (Note [Thread clock]). A speed-up measured within one run gives one ratio per
+pair, of the processes' medians. The pairs that agree (Note [Split pairs]) are judged by a
+one-sample t test on their log-ratios, plus the threshold. A count is compared exactly
+between the sides (the median of its processes' values, for a measured value recorded with a
+tolerance).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..bench import metrics
+from ..bench.reruns import SLICE
 from . import stats
 from .judge import busy, has_free_cores, joined, judge_count, short_of_cores, with_states
 
@@ -59,27 +61,32 @@ def judge_paired(
     clock = "samples"
     if kind.judge == "ratio":  # a speed-up within one run, paired by round: its median
         pick, tolerance = stats.median, record.get("tolerance")
-    else:  # the fastest sample of each process (Note [Fastest sample])
+    else:  # the fastest sample of each slice (Note [Slices])
         pick, tolerance = (max if metrics.per_second(record) else min), None
         if all(_thread_bound(r) for r in (*head, *base)):
             clock = "cpu_samples"
     picked = [(pick(h[clock]), pick(b[clock])) for h, b in usable]
-    ratios = [h / b for h, b in picked if h > 0 and b > 0]
     worse = metrics.higher_is_worse(record)
     if kind.judge == "ratio":
-        result = stats.compare_pairs(
-            ratios, threshold=tolerance or threshold, higher_is_worse=worse, looks=looks
+        ratios = [h / b for h, b in picked if h > 0 and b > 0]
+    else:  # each pair's ratio, slice against slice where both sides took turns in slices
+        ratios = [r for r in (pair_ratio(h, b, clock, pick) for h, b in usable) if r > 0]
+    agreeing, aside = stats.majority(ratios)
+    result = stats.compare_pairs(
+        agreeing, threshold=tolerance or threshold, higher_is_worse=worse, looks=looks
+    )
+    if aside:
+        said = ", ".join(f"{r:.3g}x" for r in aside)
+        reason = (
+            f"{result.reason}; {len(aside)} of {len(ratios)} pairs set aside at {said}: their "
+            "processes ran at another speed (Note [Split pairs])"
         )
-        # geometric means: their ratio is the pairs' geometric mean, the change judged
-        kept = [(h, b) for h, b in picked if h > 0 and b > 0] or [(math.nan, math.nan)]
-        current, baseline = (stats.geometric_mean(side) for side in zip(*kept))
-    else:  # each side by its best process, judged on its steady ones (Note [Steady processes])
-        result = stats.compare_sides(
-            *zip(*picked), threshold=threshold, higher_is_worse=worse, looks=looks
-        )
-        current, baseline = (pick(side) for side in zip(*picked))
-        if result.current is not None and result.baseline is not None:  # judged on the pairs
-            current, baseline = result.current, result.baseline
+        result = dataclasses.replace(result, reason=reason)
+    # each side as the geometric mean of its processes' values, the head's moved by the change
+    # judged: so that current / baseline - 1 is that change
+    kept = [(h, b) for h, b in picked if h > 0 and b > 0] or [(math.nan, math.nan)]
+    baseline = stats.geometric_mean([b for _, b in kept])
+    current = baseline * (1 + result.change) if result.change is not None else math.nan
     sides = {
         name: tuple(float(f"{v:.6g}") for v in side)
         for name, side in zip(("head", "base"), zip(*picked))
@@ -93,6 +100,36 @@ def judge_paired(
     notes.append(f"measured on a busy machine: {why}" if why else "")
     shown = dataclasses.replace(shown, reason=joined(*notes))
     return with_states(shown, {"base": base, "head": head})
+
+
+def pair_ratio(
+    head: Mapping[str, Any],
+    base: Mapping[str, Any],
+    clock: str = "samples",
+    pick: Callable[[Sequence[float]], float] = min,
+) -> float:
+    """One pair's head-over-base ratio of a time or rate (Note [Slices]): the median over the
+    slices the two processes took in turns of the ratio of their slices' ``pick`` (fastest
+    sample, or highest rate), so that a spell or speed of the machine that one slice of each
+    side shared cancels; where a side measured in one slice, the ratio of the processes'."""
+    sliced = [_slice_values(record, clock, pick) for record in (head, base)]
+    count = min(len(values) for values in sliced)
+    if count >= 2:
+        return math.exp(
+            stats.median([math.log(h / b) for h, b in zip(*sliced) if h > 0 and b > 0] or [0.0])
+        )
+    high, low = (pick(record[clock]) for record in (head, base))
+    return high / low if low > 0 else 0.0
+
+
+def _slice_values(
+    record: Mapping[str, Any], clock: str, pick: Callable[[Sequence[float]], float]
+) -> list[float]:
+    """``pick`` of each slice of a process's samples on ``clock``; one value for one slice."""
+    values = record.get(clock) or []
+    starts = [0, *(i for i in record.get("slices") or () if 0 < i < len(values))]
+    bounds = [*starts, len(values)]
+    return [pick(values[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
 def varying(
@@ -135,14 +172,14 @@ def rule(processes: int, looks: Sequence[int], let_go: int = 0) -> str:
         else f"{stats.PAIR_ALPHA:.0%}, one-sided"
     )
     return (
-        f"each side's time is its best process's fastest sample (up to {processes} processes "
-        f"a side; on the measuring thread's CPU clock where it ran {THREAD_SHARE:.0%} of the "
-        f"time); a change beyond the threshold counts where Welch's t test on each side's "
-        f"steady processes (within {stats.STEADY - 1:.0%} of its best; with fewer than "
-        f"{stats.STEADY_LEAST} a side, Yuen's t test on the pairs, {stats.PAIR_TRIM:.0%} of "
-        f"them set aside at each end) puts it beyond chance at {shared}, and the middle pair "
-        "of processes saw it too; a benchmark stops at a look once its change is beyond the "
-        "threshold so, or its interval lies within it"
+        f"a pair's ratio is the median over the slices its two processes measured in turns on "
+        f"one CPU ({SLICE:g} s each) of the ratio of their fastest samples (on the "
+        f"measuring thread's CPU clock where it ran {THREAD_SHARE:.0%} of the time); the pairs "
+        f"that agree (a group of more than half, where they fall {math.expm1(stats.SPLIT):.0%} "
+        f"apart) are judged by a t test on their log-ratios, a change beyond the threshold "
+        f"counting where it puts it beyond chance at {shared}; up to {processes} pairs, a "
+        "benchmark stopping at a look once its change is beyond the threshold so, or its "
+        f"interval at {stats.PAIR_ALPHA:.0%} a side lies within it"
         + (
             f", or (a pass; {let_go} here) once its interval, narrowed as the cap's pairs would "
             "narrow it, still would not"

@@ -42,8 +42,9 @@ PAIR_WINDOW = 1.0
 
 
 def pair_window(settings: Settings, benchmarks: int) -> float:
-    """Seconds of rounds a benchmark gets in each process of the pairs, with --hpml-against."""
-    shared = settings.bench_time / (2 * settings.pairs)
+    """Seconds of rounds a benchmark gets in each process of the pairs, with --hpml-against:
+    its share of --hpml-bench-time, ten slices or more (Note [Slices])."""
+    shared = settings.bench_time / (4 * settings.pairs)
     return max(shared, min(settings.bench_time, PAIR_WINDOW) / max(benchmarks, 1))
 
 
@@ -548,6 +549,7 @@ def compact(record: dict[str, Any]) -> dict[str, Any]:
     """What is stored: samples thinned evenly to at most MAX_STORED_SAMPLES a process run,
     5 digits each."""
     out = dict(record)
+    out.pop("slices", None)  # a pair's, which thinning would misplace: no baseline has pairs
     if "processes" in out:
         out["processes"] = [compact(run) for run in out["processes"]]
     for key in ("samples", "reference"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 PASS = "pass"
@@ -136,6 +136,9 @@ class Comparison:
     interval: tuple[float, float] | None = None
     # --hpml-against: the degrees of freedom of the t test behind ``interval``
     degrees: float | None = None
+    # --hpml-against: the interval at the level of each look alone, which settles a pass
+    # (Note [Adaptive pairs])
+    settling: tuple[float, float] | None = None
 
 
 def compare_samples(
@@ -205,6 +208,28 @@ def compare_samples(
 PAIR_ALPHA = 0.05
 
 
+# Pairs whose log-ratios lie further apart than this are of different speeds of the processes,
+# not of noise: the pairs' noise is a few percent (Note [Split pairs]).
+SPLIT = math.log(1.2)
+
+
+def majority(ratios: Sequence[float]) -> tuple[list[float], list[float]]:
+    """The pairs that agree, and those set aside (Note [Split pairs]): where the ratios fall
+    into groups more than :data:`SPLIT` apart, the group that holds more than half of them;
+    all of them otherwise (one group, or none with a majority)."""
+    ordered = sorted(r for r in ratios if r > 0)
+    groups: list[list[float]] = []
+    for ratio in ordered:
+        if groups and math.log(ratio / groups[-1][-1]) <= SPLIT:
+            groups[-1].append(ratio)
+        else:
+            groups.append([ratio])
+    largest = max(groups, key=len, default=[])
+    if len(groups) < 2 or 2 * len(largest) <= len(ordered):
+        return list(ratios), []
+    return [r for r in ratios if r in largest], [r for r in ratios if r not in largest]
+
+
 def compare_pairs(
     ratios: Sequence[float],
     *,
@@ -212,17 +237,14 @@ def compare_pairs(
     higher_is_worse: bool = True,
     alpha: float = PAIR_ALPHA,
     looks: int = 1,
-    trim: float = 0.0,
 ) -> Comparison:
-    """Judge head against base on the ratios of their medians, one per pair of processes
-    measured side by side (Note [Head against base]).
+    """Judge head against base on one ratio per pair of processes measured side by side (Note
+    [Head against base]).
 
     The change is the geometric mean of the ratios; it counts when it exceeds ``threshold``
     and a one-sample t test on the log-ratios puts it beyond chance at ``alpha`` shared by
-    ``looks`` (Note [Adaptive pairs]), one-sided. With ``trim``, the share of the pairs set
-    aside at each end, it is Yuen's trimmed t test (Note [Steady pairs]): the change is the
-    trimmed mean's, and the spread is the winsorized one, so that the pairs set aside still
-    widen the interval. The reason gives the pairs and the confidence interval at that level.
+    ``looks`` (Note [Adaptive pairs]), one-sided. The reason gives the pairs and the
+    confidence interval at that level.
     """
     per_look = alpha / looks
     logs = sorted(math.log(r) for r in ratios if r > 0)
@@ -231,26 +253,23 @@ def compare_pairs(
         return Comparison(INCONCLUSIVE, threshold=threshold, reason=reason)
     from scipy.stats import t  # only when a verdict is computed
 
-    cut = trimmed(len(logs), trim)
-    kept = logs[cut : len(logs) - cut]
-    mean = sum(kept) / len(kept)
+    mean = sum(logs) / len(logs)
     change = math.expm1(mean)
-    error = _trimmed_error(logs, cut)
-    degrees = len(kept) - 1
-    if error == 0:  # every pair kept agrees exactly
+    error = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1) / len(logs))
+    degrees = len(logs) - 1
+    if error == 0:  # every pair agrees exactly
         p_up, p_down = (0.0, 1.0) if mean > 0 else (1.0, 0.0) if mean < 0 else (1.0, 1.0)
     else:
         p_up, p_down = float(t.sf(mean / error, degrees)), float(t.cdf(mean / error, degrees))
     p_up, p_down = min(1.0, looks * p_up), min(1.0, looks * p_down)  # the looks' share
     half = float(t.ppf(1 - per_look, degrees)) * error
     low, high = math.expm1(mean - half), math.expm1(mean + half)
+    # a pass settles at each look's own level: stopping early risks a missed change, not a
+    # false alarm, which the looks' shared level guards (Note [Adaptive pairs])
+    near = float(t.ppf(1 - alpha, degrees)) * error
+    settling = (math.expm1(mean - near), math.expm1(mean + near))
     level = _level(per_look)
-    judged = f"{len(logs)} pairs" + (
-        f" ({cut} lowest and {cut} highest set aside, their spread kept: Yuen's trimmed t test)"
-        if cut
-        else ""
-    )
-    reason = f"{judged}: {change:+.1%}, {level} interval {low:+.1%} to {high:+.1%}"
+    reason = f"{len(logs)} pairs: {change:+.1%}, {level} interval {low:+.1%} to {high:+.1%}"
     worse, p_worse = (change > 0, p_up) if higher_is_worse else (change < 0, p_down)
     better, p_better = (change < 0, p_down) if higher_is_worse else (change > 0, p_up)
     confidence = 1 - min(p_up, p_down)
@@ -266,6 +285,7 @@ def compare_pairs(
     ratios = tuple(float(f"{r:.4g}") for r in ratios)
     if not higher_is_worse:  # as the metric goes: a rate's interval, from its ratios'
         low, high = -high / (1 + high), -low / (1 + low)
+        settling = (-settling[1] / (1 + settling[1]), -settling[0] / (1 + settling[0]))
     return Comparison(
         verdict,
         None,
@@ -277,26 +297,8 @@ def compare_pairs(
         pairs=ratios,
         interval=(low, high),
         degrees=degrees,
+        settling=settling,
     )
-
-
-def trimmed(count: int, trim: float) -> int:
-    """How many of ``count`` values a trim of ``trim`` sets aside at each end: the whole part
-    of its share, as scipy's ``trim_mean`` cuts."""
-    return int(trim * count)
-
-
-def _trimmed_error(ordered: Sequence[float], cut: int) -> float:
-    """The standard error of the mean of ``ordered`` without its ``cut`` lowest and highest,
-    as Yuen's test takes it (scipy's ``ttest_ind`` with ``trim``, for one sample): from the
-    winsorized variance, those values moved in to the nearest kept one. Without a cut, the
-    plain standard error of the mean."""
-    low, high = ordered[cut], ordered[len(ordered) - 1 - cut]
-    winsorized = [min(max(value, low), high) for value in ordered]
-    count, kept = len(ordered), len(ordered) - 2 * cut
-    mean = sum(winsorized) / count
-    squares = sum((w - mean) ** 2 for w in winsorized)  # (count - 1) times the variance
-    return math.sqrt(squares / (kept * (kept - 1)))
 
 
 def import_ahead() -> None:
@@ -322,14 +324,14 @@ def settled(result: Comparison) -> bool:
         return True
     if result.verdict != PASS or result.interval is None or result.threshold is None:
         return False
-    return _within(result.interval, result.threshold)
+    return _within(result.settling or result.interval, result.threshold)
 
 
 def hopeless(result: Comparison, done: int, cap: int, looks: int) -> bool:
     """Whether a pass that is not settled after ``done`` pairs (its level shared by
     ``looks``) would still not be at ``cap`` pairs, were its change to stay where it is, and
     could not become a regression then either: its change lies within the threshold (the
-    sides' best, the middle pair and the interval's centre alike), and its interval, narrowed
+    pairs' mean, the middle pair and the interval's centre alike), and its interval, narrowed
     as ``cap`` pairs would narrow it, still reaches beyond (Note [Adaptive pairs],
     futility)."""
     # a settled pass needs no test: its narrowed interval fits where its interval did
@@ -337,8 +339,8 @@ def hopeless(result: Comparison, done: int, cap: int, looks: int) -> bool:
         return False
     if result.interval is None or result.threshold is None or (result.degrees or 0) < 2:
         return False  # an interval on under 2 degrees of freedom says little of its centre
-    # the sides' best, and the middle pair of processes (Note [Split processes]), well within
-    # it: a change near the threshold may be a larger one the first pairs caught low
+    # the change and the middle pair well within it: a change near the threshold may be a
+    # larger one the first pairs caught low
     middle_pair = median([r - 1 for r in result.pairs]) if result.pairs else 0.0
     room = FUTILE_SHARE * result.threshold
     if max(abs(result.change or 0.0), abs(middle_pair)) > room:
@@ -350,7 +352,7 @@ def hopeless(result: Comparison, done: int, cap: int, looks: int) -> bool:
     if abs(math.expm1(middle)) > room:
         return False
     # the standard error falls as the square root of the pairs; the degrees of freedom grow
-    # with them (Welch's about in proportion)
+    # with them
     error = (high - low) / 2 / float(t.ppf(level, result.degrees))
     grown = result.degrees * cap / done
     half = error * math.sqrt(done / cap) * float(t.ppf(level, grown))
@@ -376,7 +378,7 @@ def quiet(verdict: dict[str, Any]) -> bool:
         return False
     if verdict.get("interval") is None or verdict.get("threshold") is None:
         return True
-    return _within(verdict["interval"], verdict["threshold"])
+    return _within(verdict.get("settling") or verdict["interval"], verdict["threshold"])
 
 
 def looks(cap: int) -> tuple[int, ...]:
@@ -388,156 +390,6 @@ def looks(cap: int) -> tuple[int, ...]:
 
 FIRST_LOOK = 3  # pairs: 2 a side is the least a t test takes, and a third outvotes a split
 LOOK_EVERY = 2  # pairs: each look adds one base and one head process to every order
-
-
-# A process whose fastest sample lies within this factor of its side's fastest is steady; one
-# further off ran through a slow spell of the host (Note [Steady processes]).
-STEADY = 1.10
-# Welch's test on the steady processes needs this many a side (all of them, with fewer); with
-# fewer, the pairs judge (Note [Steady pairs]): the host changed speed while they ran.
-STEADY_LEAST = 3
-# The share of the pairs set aside at each end where the pairs judge (Note [Steady pairs]): 1 of
-# 5 or 7, a pair whose processes ran at two speeds; none of 3, whose t test widens instead.
-PAIR_TRIM = 0.2
-
-
-def compare_sides(
-    head: Sequence[float],
-    base: Sequence[float],
-    *,
-    threshold: float,
-    higher_is_worse: bool = True,
-    alpha: float = PAIR_ALPHA,
-    looks: int = 1,
-) -> Comparison:
-    """Judge head against base on one value per process of each side: its fastest sample, or
-    for a rate its highest (Note [Steady processes]); ``alpha`` is shared by ``looks`` (Note
-    [Adaptive pairs]).
-
-    The noise of a shared machine only ever slows a process, so the change is the ratio of
-    the two sides' best values. It counts when it exceeds ``threshold`` and Welch's t test
-    (scipy's ``ttest_ind``) on the log-values of each side's steady processes puts the
-    difference beyond chance at ``alpha``, one-sided.
-    """
-    costs = [[v if higher_is_worse else 1 / v for v in side if v > 0] for side in (head, base)]
-    if min(len(c) for c in costs) < 2:
-        reason = "fewer than 2 processes of a side measured it"
-        return Comparison(INCONCLUSIVE, threshold=threshold, reason=reason)
-    steady = [[math.log(c) for c in side if c <= STEADY * min(side)] for side in costs]
-    best = [min(side) for side in costs]
-    change = best[0] / best[1] - 1 if higher_is_worse else best[1] / best[0] - 1
-    counts = f"steady processes: head {len(steady[0])}, base {len(steady[1])}"
-    # the processes differ more than spells explain, or the host changed speed while they ran
-    if min(len(s) for s in steady) < min(STEADY_LEAST, *map(len, costs)):
-        return _steady_pairs(head, base, counts, threshold, higher_is_worse, alpha, looks)
-    per_look = alpha / looks
-    p_slower, low, high, degrees = _welch(*steady, per_look)
-    reason = (
-        f"{len(head)} pairs: {change:+.1%} (fastest of each side); {counts}, their means "
-        f"{math.expm1(low):+.1%} to {math.expm1(high):+.1%} ({_level(per_look)} interval)"
-    )
-    # as the metric goes: a time's change of the means, or a rate's (the costs' inverse)
-    interval = (
-        (math.expm1(low), math.expm1(high))
-        if higher_is_worse
-        else (math.expm1(-high), math.expm1(-low))
-    )
-    slower = best[0] > best[1]  # in cost: the head's best took longer
-    p_worse = min(1.0, looks * (p_slower if slower else 1 - p_slower))  # the looks' share
-    confidence, verdict = 1 - min(1.0, looks * min(p_slower, 1 - p_slower)), PASS
-    if abs(change) > threshold:
-        split = _split(costs, change, threshold, higher_is_worse)
-        if split:  # the best processes say one thing, most pairs another
-            verdict, confidence = INCONCLUSIVE, None
-            reason += f"; {split}"
-        elif p_worse < alpha:
-            verdict, confidence = (REGRESSED if slower else IMPROVED), 1 - p_worse
-        else:
-            verdict = INCONCLUSIVE
-            reason += "; change above the threshold but the processes disagree"
-    return Comparison(
-        verdict,
-        change=change,
-        confidence=confidence,
-        threshold=threshold,
-        reason=reason,
-        interval=interval,
-        degrees=degrees,
-    )
-
-
-def _steady_pairs(
-    head: Sequence[float],
-    base: Sequence[float],
-    counts: str,
-    threshold: float,
-    higher_is_worse: bool,
-    alpha: float,
-    looks: int,
-) -> Comparison:
-    """Judge on the pairs where a side has fewer than :data:`STEADY_LEAST` steady processes
-    (Note [Steady pairs]): all of them, by Yuen's trimmed t test (:func:`compare_pairs` with
-    :data:`PAIR_TRIM`); the geometric means of the pairs it keeps stand for the sides."""
-    pairs = sorted(
-        ((h, b) for h, b in zip(head, base) if h > 0 and b > 0), key=lambda p: p[0] / p[1]
-    )
-    result = compare_pairs(
-        [h / b for h, b in pairs],
-        threshold=threshold,
-        higher_is_worse=higher_is_worse,
-        alpha=alpha,
-        looks=looks,
-        trim=PAIR_TRIM,
-    )
-    reason = f"{counts} (too few: judged on the pairs); {result.reason}"
-    cut = trimmed(len(pairs), PAIR_TRIM)
-    current, baseline = (geometric_mean(side) for side in zip(*pairs[cut : len(pairs) - cut]))
-    return replace(result, reason=reason, current=current, baseline=baseline)
-
-
-def _split(costs: list[list[float]], change: float, threshold: float, higher_is_worse: bool) -> str:
-    """Why the change of the sides' best processes is not the change most pairs of processes
-    saw, or "" where they agree (Note [Split processes]). ``costs``: head's and base's value of
-    each process, lower is better, in the order of the pairs; ``change`` as the metric goes
-    (a rate's, higher is better)."""
-    changes = [h / b - 1 if higher_is_worse else b / h - 1 for h, b in zip(*costs)]
-    if len(changes) < 2:
-        return ""
-    middle = median(changes)
-    judged, seen = math.log1p(change), math.log1p(middle)
-    # the middle pair saw the same change: within the threshold, or half of a large one
-    if abs(judged - seen) <= max(threshold, abs(judged) / 2):
-        return ""
-    within = [c for c in changes if abs(c) <= threshold]
-    beyond = [c for c in changes if abs(c) > threshold]
-    groups = ", ".join(
-        f"{len(group)} {label} {median(group):+.1%}"
-        for group, label in ((within, "within the threshold at"), (beyond, "beyond it at"))
-        if group
-    )
-    return (
-        f"the pairs of processes disagree ({len(changes)} pairs: {groups}; the middle pair "
-        f"{middle:+.1%}): the processes measured at different speeds; look for "
-        "a thread count, a path chosen per process or a busy machine"
-    )
-
-
-def _welch(
-    head: list[float], base: list[float], alpha: float
-) -> tuple[float, float, float, float | None]:
-    """One-sided p that head's mean is above base's, the difference's interval at the
-    two-sided level that matches a one-sided test at ``alpha``, and the test's degrees of
-    freedom (None where there is no spread to test)."""
-    if len(set(head)) == 1 and len(set(base)) == 1:  # no spread to judge by: the sign decides
-        difference = head[0] - base[0]
-        p = 0.0 if difference > 0 else 1.0 if difference < 0 else 0.5
-        return p, difference, difference, None
-    from scipy.stats import ttest_ind  # only when a verdict is computed
-
-    result = ttest_ind(head, base, equal_var=False)
-    interval = result.confidence_interval(confidence_level=1 - 2 * alpha)
-    greater = ttest_ind(head, base, equal_var=False, alternative="greater").pvalue
-    return float(greater), float(interval.low), float(interval.high), float(result.df)
 
 
 def compare_value(
