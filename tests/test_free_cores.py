@@ -65,16 +65,26 @@ def test_another_process_counts_as_the_hosts_other_work(hogs: list[int]) -> None
     assert others >= spent / (after.wall - before.wall) - 0.1, (free, spent)
 
 
+# Half a second of the process's own CPU time, however busy the machine, then a line.
+SPUN = (
+    "import sys, time\nend = time.process_time() + 0.5\nwhile time.process_time() < end:\n"
+    "    pass\nprint('spun', flush=True)\n"
+)
+
+
 def test_a_child_process_is_this_processs_own_work() -> None:
     before = cores._tree_seconds(os.getpid())
-    subprocess.run([sys.executable, "-c", SPIN.format(seconds=0.5)], check=True)  # reaped
-    child = subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=0.5) + "time.sleep(9)"])
+    subprocess.run([sys.executable, "-c", SPUN], check=True, capture_output=True)  # reaped
+    child = subprocess.Popen(
+        [sys.executable, "-c", SPUN + "time.sleep(60)"], stdout=subprocess.PIPE, text=True
+    )
     try:
-        time.sleep(1.0)  # spun, still alive: counted from /proc, not from the reaped times
-        assert cores._tree_seconds(os.getpid()) - before >= 0.8
+        assert child.stdout is not None
+        assert child.stdout.readline() == "spun\n"  # still alive: read from /proc
+        assert cores._tree_seconds(os.getpid()) - before >= 0.95
     finally:
         child.kill()
-        child.wait()
+        child.communicate()
 
 
 THREADS = """

@@ -109,11 +109,13 @@ def test_a_log_gets_plain_lines_at_most_one_every_ten_seconds_and_the_last_step(
     with pairs(config, clock, total=5) as progress:
         for done, at in enumerate([0, 4, 8, 13, 15, 30]):
             clock.now = 1000 + at
-            progress.step(done, "base then head")
+            progress.step(done, "base then head", f"{done * 10} of 86 settled" if done else None)
     assert log.getvalue().splitlines() == [
         "hpml: measuring pairs",
-        "hpml: pair 3 of 5 done (13 s; ~9 s left)",  # 4 and 8 s: less than 10 s after the first
-        "hpml: pair 5 of 5 done (30 s)",  # 15 s: 2 s after the last line; the last step always
+        # 4 and 8 s: less than 10 s after the first
+        "hpml: pair 3 of 5 done, 30 of 86 settled (13 s; ~9 s left)",
+        # 15 s: 2 s after the last line; the last step always
+        "hpml: pair 5 of 5 done, 50 of 86 settled (30 s)",
     ]
 
 

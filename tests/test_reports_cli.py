@@ -700,6 +700,20 @@ def test_markdown_of_a_suite_collapses_its_tables_and_fits_a_comment(
     assert "**Verdicts**" in short
 
 
+def test_the_terminal_table_of_a_suite_shows_what_changed_and_counts_the_rest() -> None:
+    results = big_document(112)["results"]
+    folded = text.table(results, fold=True)
+    assert folded[0].startswith("test ")
+    shown = [line.split()[0] for line in folded[1:-1]]
+    assert shown == [f"tests/test_suite.py::test_case[{i}]" for i in range(0, 112, 10)]
+    assert all("regressed" in line.split() for line in folded[1:-1])
+    assert folded[-1] == "100 more rows not shown (100 pass); -v shows them"
+    # -v: every row; and a short table is never folded
+    assert len(text.table(results)) == 1 + 112
+    short = big_document(text.FOLD_AT)["results"]
+    assert text.table(short, fold=True) == text.table(short)
+
+
 # --- the plugin writes the same report -----------------------------------------------------
 
 BENCH = """

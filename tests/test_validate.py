@@ -45,3 +45,29 @@ def test_the_runner_fails_a_real_regression_and_names_what_changed(tmp_path: Pat
     table = (tmp_path / "out" / "results.md").read_text()
     assert f"| {CASE} | kornia | 0.5.11 -> 0.6.1 | regressed |" in table
     assert "- regressed: the gate right on 1 of 1" in table
+
+
+def test_the_scale_corpus_loads_and_its_table_counts_each_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The manifests of validation/suites are whole, and a run's row counts what it said."""
+    monkeypatch.syspath_prepend(str(ROOT / "tools"))
+    import validate_suites
+
+    folders = sorted(p for p in (ROOT / "validation" / "suites").iterdir() if p.is_dir())
+    suites = [validate_suites.load_suite(p) for p in folders]
+    assert len(suites) >= 2
+    assert all(s["known"] for s in suites), "each release pair names its known changes"
+    times = {f"t.py::test_{i}": "pass" for i in range(84)}
+    times |= {"t.py::test_x": "inconclusive", "t.py::test_y": "improved"}
+    gate = {"exit": 0, "wall": 258.4, "times": times, "benchmarks": 86, "unsettled": 4}
+    row = {
+        "name": "suite", "release": "1.0",
+        "unchanged": [
+            {"run": 1, "hogs": 0, "gate": gate, "plain": {"exits": [0, 0], "wall": 166.0}},
+            {"run": 2, "hogs": 2, "gate": gate, "plain": None},
+        ],
+    }  # fmt: skip
+    lines = validate_suites.table([row]).splitlines()
+    assert lines[2] == "| suite 1.0 | 1 | none | 0 | 86 | 0 | 1 | 1 | 4 | 258 | 166 | 1.56x |"
+    assert lines[3] == "| suite 1.0 | 2 | 2 CPU hogs | 0 | 86 | 0 | 1 | 1 | 4 | 258 | - | - |"

@@ -18,6 +18,7 @@ virtualenv with that torch, or the interpreter given by ``--side torch==VERSION=
     python tools/validate.py                      # every case, to validation/results/
     python tools/validate.py --only einops-pack   # one case
     python tools/validate.py --no-instructions --wheels DIR  # offline, from downloaded wheels
+    python tools/validate.py suites --runs 10     # the scale corpus (tools/validate_suites.py)
 """
 
 from __future__ import annotations
@@ -416,6 +417,11 @@ def totals(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["suites"]:  # the scale corpus: whole suites (validation/suites)
+        import validate_suites
+
+        return validate_suites.main(given[1:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=[], help="case names (folders) to run")
     parser.add_argument("--cases", type=Path, default=CASES)

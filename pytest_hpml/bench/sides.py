@@ -222,7 +222,8 @@ class Against:
                         break
                 order = (self.base, self.head) if index % 2 == 0 else (self.head, self.base)
                 settled = f"{len(tests) - len(measuring)} of {len(tests)} settled"
-                progress.step(index, f"{order[0].name} then {order[1].name}, {settled}")
+                tally = settled if len(looks) > 1 else None  # a fixed count of pairs settles none
+                progress.step(index, f"{order[0].name} then {order[1].name}", tally)
                 # the first complete pairs record the counts: two a side show whether they vary
                 complete = sum(bool(p.get(BASE) and p.get(HEAD)) for p in found.measured)
                 counts = complete < COUNTED_PAIRS

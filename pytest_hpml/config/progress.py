@@ -6,7 +6,7 @@ until the summary. A :class:`Progress` says how far it got, through pytest's ter
 and only in the process that reports: on a terminal, one line rewritten in place (``hpml:
 pairs 3/5, base then head, 41 s so far, ~27 s left``), completed at the end; elsewhere (a CI
 log), plain lines, at most one every :data:`PLAIN_EVERY` seconds and one per step (``hpml: pair
-3 of 5 done (41 s; ~27 s left)``); nothing with ``-qq``.
+3 of 5 done, 60 of 86 settled (41 s; ~27 s left)``); nothing with ``-qq``.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class Progress:
         self._clock, self._tick = clock, tick
         self._first = self._done = done
         self._note = ""
+        self._tally = ""  # a count the plain lines show too (``60 of 86 settled``)
         self._started: float | None = None  # when the first step came
         self._at = 0.0  # when ``done`` last grew
         self._printed, self._printed_at = done, 0.0  # the last plain line: its step, its time
@@ -78,9 +79,10 @@ class Progress:
     ) -> None:
         self.close()
 
-    def step(self, done: int, note: str | None = None) -> None:
+    def step(self, done: int, note: str | None = None, tally: str | None = None) -> None:
         """``done`` steps are done (the first call starts the stage); ``note`` says what runs
-        now (the live line shows it; None keeps the last one)."""
+        now (the live line shows it; None keeps the last one); ``tally`` counts what the steps
+        achieved (the plain lines show it too; None keeps the last one)."""
         now = self._clock()
         with self._lock:
             if self._started is None:
@@ -89,6 +91,8 @@ class Progress:
                 self._done, self._at = done, now
             if note is not None:
                 self._note = note
+            if tally is not None:
+                self._tally = tally
             if self.live:
                 self._rewrite(self.line(now))
             elif self._due(now):
@@ -118,7 +122,7 @@ class Progress:
 
     def line(self, now: float) -> str:
         """The live line at ``now``: steps done, what runs, the time so far and what is left."""
-        parts = [f"{self.what} {self._done}/{self.total}", self._note]
+        parts = [f"{self.what} {self._done}/{self.total}", self._note, self._tally]
         parts.append(f"{seconds(now - self._started)} so far")
         left = self._left(now)
         if left is not None:
@@ -131,7 +135,8 @@ class Progress:
         left = self._left(now)
         if left is not None:
             said += f"; ~{seconds(left)} left"
-        return f"{self.one} {self._done} of {self.total} done ({said})"
+        tally = f", {self._tally}" if self._tally else ""
+        return f"{self.one} {self._done} of {self.total} done{tally} ({said})"
 
     def _start(self, now: float) -> None:
         """The stage's first output, on a line of its own: the plain start line, or the live

@@ -170,7 +170,8 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
     reporter = Shown(reporter)  # the one way out to the terminal: the helpers below get it
     results = verdicts.results
     reporter.write_sep("=", "hpml benchmarks")
-    for line in text.table(results) if results else ():
+    fold = verdicts.config.get_verbosity() < 1
+    for line in text.table(results, fold=fold) if results else ():
         reporter.write_line(line)
     if results:
         reporter.write_line(f"hpml: {text.legend(verdicts.against is not None)}")
@@ -339,7 +340,7 @@ def _busy(reporter: Any, verdicts: Verdicts) -> None:
     found = verdicts.busy_benchmarks()
     if not found:
         return
-    tests = ", ".join(found)
+    tests = _some(list(found), len(verdicts.results))
     if verdicts.recording:
         reporter.write_line(
             f"hpml: WARNING recorded on a busy machine ({next(iter(found.values()))}): {tests}. "
@@ -387,6 +388,14 @@ def _pairs(reporter: Any, verdicts: Verdicts) -> None:
         )
     for note in found.notes:
         reporter.write_line(f"hpml: {note}", yellow=True)
+
+
+def _some(tests: list[str], of: int, shown: int = 5) -> str:
+    """A few test ids, or all of them in one word: a line that names a hundred ids is unread."""
+    if len(tests) == of and of > shown:
+        return f"all {of}"
+    more = f" and {len(tests) - shown} more" if len(tests) > shown else ""
+    return ", ".join(tests[:shown]) + more
 
 
 def _has(result: dict[str, Any], verdict: str) -> bool:

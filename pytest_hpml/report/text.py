@@ -120,11 +120,27 @@ def legend(against: bool) -> str:
     )
 
 
-def table(results: list[dict[str, Any]]) -> list[str]:
-    """The verdict table, as aligned text lines, with the reason of each verdict that has one."""
+# A table of more rows than this leaves out its quiet rows at the default verbosity: a suite of
+# a hundred benchmarks shows what changed, and one line counts the rest (-v shows every row).
+FOLD_AT = 20
+
+
+def table(results: list[dict[str, Any]], fold: bool = False) -> list[str]:
+    """The verdict table, as aligned text lines, with the reason of each verdict that has one;
+    with ``fold``, a long table's quiet rows left out and counted in a last line."""
     body = rows(results)
+    left_out: dict[str, int] = {}
+    if fold and len(body) > FOLD_AT:
+        for row in body:
+            if row["verdict"] in QUIET:
+                left_out[row["verdict"]] = left_out.get(row["verdict"], 0) + 1
+        body = [row for row in body if row["verdict"] not in QUIET]
     columns = (*COLUMNS, "reason") if any(row["reason"] for row in body) else COLUMNS
-    return [line.rstrip() for line in align(columns, body)]
+    lines = [line.rstrip() for line in align(columns, body)] if body else []
+    if left_out:
+        each = ", ".join(f"{n} {verdict}" for verdict, n in left_out.items())
+        lines.append(f"{sum(left_out.values())} more rows not shown ({each}); -v shows them")
+    return lines
 
 
 def citations(results: list[dict[str, Any]]) -> list[str]:
