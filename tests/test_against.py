@@ -629,6 +629,22 @@ def test_an_interpreter_without_the_plugin_is_a_usage_error(repo: Project, tmp_p
     assert worktrees(repo.path) == [str(repo.path)]
 
 
+@pytest.mark.parametrize("printed", ["[1, 2]", '{"packages": [1]}', '{"python": "3.11"}'])
+def test_an_interpreter_that_prints_other_json_is_a_usage_error(
+    repo: Project, tmp_path: Path, printed: str
+) -> None:
+    """A wrapper that answers with another program's JSON: was an AttributeError, INTERNALERROR."""
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\necho '{printed}'\n")
+    python.chmod(0o755)
+    result = repo.run("--hpml-against=HEAD", f"--hpml-against-python={python}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*does not answer as a Python interpreter (it printed JSON that describes no *"]
+    )
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
 def test_a_worktree_that_cannot_be_made_is_a_usage_error(repo: Project) -> None:
     """A commit that names a file git lost: the revision resolves, its checkout fails."""
     blob = git(repo.path, "rev-parse", "HEAD:work.py").strip()

@@ -387,6 +387,22 @@ CALLS: list[Case] = [
         files=calling("benchmark.expect_change('r', time='+' + '9' * 400 + '%')"),
     ),
     Case(
+        "expect-change-a-time-per-call",  # '+15' was read as 15 s a call: 40,000x accepted
+        ("--hpml-benchmarks",),
+        r"ValueError: expect_change\(time='\+15'\): a time grows by a percent, as '\+15%'; "
+        r"an amount per call \('\+2'\) is for counts",
+        FAILED,
+        files=calling("benchmark.expect_change('r', time='+15')"),
+    ),
+    Case(
+        "expect-change-of-nothing",  # '+0%' accepted no change
+        ("--hpml-benchmarks",),
+        r"ValueError: expect_change\(ops='\+0%'\): accepts no change; give how much it may "
+        r"grow, as '\+15%' or '\+2' per call, or drop it",
+        FAILED,
+        files=calling("benchmark.expect_change('r', ops='+0%')"),
+    ),
+    Case(
         "expect-change-twice-for-a-metric",  # the second replaced the first unsaid
         ("--hpml-benchmarks",),
         r"ValueError: expect_change\(time='\+50%'\): an earlier expect_change accepts \+5% "
@@ -396,6 +412,24 @@ CALLS: list[Case] = [
             "benchmark.expect_change('r', time='+5%')",
             "benchmark.expect_change('r2', time='+50%')",
         ),
+    ),
+    Case(
+        "track-a-model-that-is-no-module",  # the rounds ran, then an AttributeError of ours
+        ("--hpml-benchmarks",),
+        r"TypeError: track\(model='not a module'\): give a torch.nn.Module",
+        FAILED,
+        files=calling("benchmark.track(model='not a module')"),
+    ),
+    Case(
+        "benchmark-a-generator",  # its making was timed and saved as the test's time
+        ("--hpml-benchmarks", "--hpml-bench-time=0.2"),
+        r"TypeError: benchmark\(squares\) returned a generator: only its making was timed, "
+        r"not its work; benchmark a function that runs it",
+        FAILED,
+        files={
+            "test_calls.py": "def squares():\n    yield from (i * i for i in range(1000))\n\n\n"
+            "def test_calls(benchmark):\n    benchmark(squares)\n"
+        },
     ),
     Case(
         "expect-a-bound-that-is-no-number",  # was a TypeError deep in the work counters
@@ -421,6 +455,14 @@ CALLS: list[Case] = [
 # --- files read: baselines, reports ------------------------------------------------------------
 READ: list[Case] = [
     Case(
+        "baseline-a-fifo",  # open() waited for a writer forever
+        ("--hpml-benchmarks",),
+        r"hpml: ERROR baseline file \S+ is not a regular file",
+        FAILED,
+        files={"test_count.py": COUNT},
+        fifos=(PORTABLE,),
+    ),
+    Case(
         "baseline-not-utf8-compare",
         ("--hpml-benchmarks",),
         r"hpml: ERROR baseline file \S+ is not UTF-8 text \(byte 0xff at offset 1, line 1\)",
@@ -433,6 +475,13 @@ READ: list[Case] = [
         r"is not UTF-8 text .* \(not overwritten\); the measurements are kept in /\S+\.json",
         FAILED,
         files={"test_count.py": COUNT, PORTABLE: b"\xfe\xff"},
+    ),
+    Case(
+        "baseline-an-integer-of-5000-digits",  # was an INTERNALERROR, exit 3, no results
+        ("--hpml-benchmarks",),
+        r"hpml: ERROR baseline file \S+ holds an integer of more than 4,300 digits",
+        FAILED,
+        files={"test_count.py": COUNT, PORTABLE: '{"format": 1, "n": ' + "7" * 5000 + "}"},
     ),
     Case(
         "baseline-nested-too-deep",
@@ -1003,6 +1052,7 @@ def test_bad_input(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, c
     for name, target in case.links.items():
         (pytester.path / name).symlink_to(target)
     for name in case.fifos:
+        (pytester.path / name).parent.mkdir(parents=True, exist_ok=True)
         os.mkfifo(pytester.path / name)
     before = snapshot(pytester.path)
     monkeypatch.chdir(pytester.path / case.cwd)

@@ -479,6 +479,29 @@ def test_marker_threshold_overrides_the_option_in_the_report(project: Project) -
     }
 
 
+STACKED = """
+import pytest
+
+
+@pytest.mark.hpml_bench(threshold=0.5, batch_size=8)
+class TestMarked:
+    @pytest.mark.hpml_bench(work=False, batch_size=4)
+    def test_method(self, benchmark):
+        benchmark.record("n", 1)
+"""
+
+
+def test_stacked_marks_take_each_argument_from_the_nearest_that_gives_it(
+    project: Project,
+) -> None:
+    """A method's own mark kept only its own arguments: the class's threshold fell to 6%."""
+    project.write_tests(STACKED)
+    project.run("--hpml-threshold=0.2", "--hpml-report=report.json").assert_outcomes(passed=1)
+    [result] = json.loads((project.path / "report.json").read_text())["results"]
+    assert result["threshold"] == 0.5  # the class's
+    assert "ops" not in result["metrics"]  # the method's work=False: nothing counted
+
+
 def test_json_report_has_fingerprint_results_and_counts(project: Project) -> None:
     project.write_tests(count_tests(2))
     project.run("--hpml-report=out/report.json").assert_outcomes(passed=2)

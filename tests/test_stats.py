@@ -801,3 +801,9 @@ def test_letting_hopeless_passes_go_costs_little_power_and_saves_pairs(sigma: fl
     assert caught[1] >= caught[0] - 5
     assert alarms[1] <= alarms[0]
     assert pairs[1] <= pairs[0] - 0.25
+
+
+def test_the_median_of_two_values_near_the_largest_float_is_finite() -> None:
+    # a baseline of finite samples of 1e308 read as "inf s", its verdict "improved -100.0%"
+    assert stats.median([1e308, 1.5e308]) == 1.25e308
+    assert stats.median([1.0, 2.0, 4.0, 8.0]) == 3.0

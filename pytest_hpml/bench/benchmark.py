@@ -9,6 +9,7 @@ counts). Imported when a test first asks for ``benchmark``, never at plugin star
 from __future__ import annotations
 
 import functools
+import inspect
 import numbers
 import sys
 import time
@@ -82,6 +83,23 @@ def _may_refuse(method: Call) -> Call:
     return cast(Call, call)
 
 
+def _run_work(function: Callable[..., Any], result: Any) -> Any:
+    """``result``, unless it is work not yet done: a generator or a coroutine was timed as it
+    was made, not as it ran (a TypeError, so that no such time is recorded)."""
+    __tracebackhide__ = True  # refuses the test's function (Note [Tracebacks])
+    if inspect.isgenerator(result) or inspect.iscoroutine(result):
+        what = "a generator" if inspect.isgenerator(result) else "a coroutine"
+        if inspect.iscoroutine(result):
+            result.close()  # never awaited: say so here, not in a RuntimeWarning
+        name = getattr(function, "__qualname__", repr(function))
+        raise TypeError(
+            f"benchmark({metrics.shown(name)}) returned {what}: only its making was timed, not "
+            "its work; benchmark a function that runs it (lambda: list(gen()) or "
+            "asyncio.run(coro()))"
+        )
+    return result
+
+
 class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
     """pytest-benchmark's ``benchmark`` fixture, measured the pytest-hpml way.
 
@@ -151,6 +169,9 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
             if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
                 raise TypeError(f"{metrics.given('track', 'batch_size', batch_size)}: give {BATCH}")
             self._batch_size = metrics.check_number("track", "batch_size", batch_size, BATCH, 1)
+        torch = sys.modules.get("torch")  # a module of torch's means torch is imported
+        if model is not None and (torch is None or not isinstance(model, torch.nn.Module)):
+            raise TypeError(f"{metrics.given('track', 'model', model)}: give a torch.nn.Module")
         self._model, self._flops = model, flops
         return self
 
@@ -276,6 +297,16 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         for key, asked in changes.items():
             name = metrics.check_keyword("expect_change", key, asked)
             amount = metrics.check_amount("expect_change", key, asked)
+            if amount.value == 0:
+                raise ValueError(
+                    f"{metrics.given('expect_change', key, asked)}: accepts no change; give how "
+                    "much it may grow, as '+15%' or '+2' per call, or drop it"
+                )
+            if not amount.relative and name == "time":  # '+15' would read as 15 s a call
+                raise ValueError(
+                    f"{metrics.given('expect_change', key, asked)}: a time grows by a percent, "
+                    f"as '+{amount.value:g}%'; an amount per call ('+2') is for counts"
+                )
             first = self.accepted.get(name) or found.get(name)
             if first is not None:  # a second amount would replace the first unsaid
                 raise ValueError(
@@ -313,12 +344,13 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         if self._callgrind is not None:
             return self._count_instructions({None: call})
         if self.disabled:  # --benchmark-disable, or xdist: timing is off
-            result = call()
+            result = _run_work(function_to_benchmark, call())
             if self._count_disabled or self._expected:
                 self._count_work({None: call})
             return result
         compiled = DynamoCounters()
         series, results = measure({"time": call}, replace(self._plan, after_warmup=compiled.mark))
+        _run_work(function_to_benchmark, results["time"])
         self._feed(series["time"])
         self.state = self._observe()
         self._put("time", time_metric(series["time"], self._plan.budget, self.state))

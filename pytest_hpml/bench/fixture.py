@@ -82,7 +82,7 @@ def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     state = TorchState(given.threads, given.seed)
     state.start()
     try:
-        settings = markers.bench_settings(request.node.get_closest_marker("hpml_bench"))
+        settings = markers.bench_settings(markers.bench_mark(request.node))
         budget = given.budget(request.node.nodeid)
         plan = Plan(
             budget=budget,

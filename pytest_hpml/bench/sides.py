@@ -612,9 +612,15 @@ def described(started: subprocess.Popen[str]) -> tuple[dict[str, Any] | None, st
     if started.returncode:
         return None, (err.strip().splitlines() or [f"exit {started.returncode}"])[-1]
     try:
-        return json.loads(out.strip().splitlines()[-1]), ""
+        found = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return None, "it printed no description"
+    packages = found.get("packages") if isinstance(found, dict) else None
+    if not isinstance(packages, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in packages.items()
+    ):  # another program's JSON: what it says of its packages cannot be compared
+        return None, "it printed JSON that describes no environment"
+    return found, ""
 
 
 def version() -> str:
@@ -653,6 +659,11 @@ def _check_python(python: str, against: Against) -> tuple[str, dict[str, Any]]:
         description, why = described(describing(found, modules, env))
     except OSError as exc:
         raise pytest.UsageError(f"{named} cannot run: {exc}") from None
+    if description is None and why.startswith("it printed"):  # an answer, not Python's
+        raise pytest.UsageError(
+            f"{named} does not answer as a Python interpreter ({why}); name the interpreter of "
+            "the base side's environment"
+        )
     if description is None:
         raise pytest.UsageError(
             f"{named} cannot import {', '.join(modules)} ({why}); "

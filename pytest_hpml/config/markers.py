@@ -106,6 +106,23 @@ class BenchSettings(NamedTuple):
     instructions: bool = True  # count its instructions with --hpml-instructions
 
 
+def bench_mark(node: pytest.Item) -> pytest.Mark | None:
+    """The ``hpml_bench`` marks on ``node`` and the module and class above it, as one: each
+    argument from the nearest mark that gives it (a method's ``work=False`` keeps its class's
+    ``threshold``)."""
+    marks = list(node.iter_markers("hpml_bench"))  # nearest first
+    if len(marks) < 2:
+        return marks[0] if marks else None
+    merged: dict[str, Any] = {}
+    for mark in reversed(marks):
+        try:
+            given = inspect.signature(_hpml_bench).bind(*mark.args, **mark.kwargs).arguments
+        except TypeError:
+            return marks[0]  # the nearest, whose own check says what is wrong
+        merged.update(given)
+    return pytest.mark.hpml_bench(**merged).mark
+
+
 def bench_settings(mark: pytest.Mark | None) -> BenchSettings:
     """Check ``hpml_bench`` arguments."""
     if mark is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,11 @@ def read_json(path: Path, what: str) -> Any:
         raise Unreadable(
             f"{what} {path} is not valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno})"
         ) from None
+    except ValueError:  # an integer longer than Python converts (sys.get_int_max_str_digits)
+        raise Unreadable(
+            f"{what} {path} holds an integer of more than {sys.get_int_max_str_digits():,} "
+            "digits, more than any measurement"
+        ) from None
     if _deeper_than(document, MAX_DEPTH):
         raise Unreadable(f"{what} {path} is nested deeper than {MAX_DEPTH} levels")
     return document
@@ -47,8 +53,11 @@ def read_json(path: Path, what: str) -> Any:
 def read_text(path: Path, what: str) -> str:
     """The UTF-8 text of ``path``: a regular file of at most MAX_BYTES."""
     try:
-        with open(path, "rb") as handle:
+        # not blocking: a FIFO would wait for a writer forever; what it is is checked first
+        with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as handle:
             info = os.fstat(handle.fileno())
+            if stat.S_ISDIR(info.st_mode):
+                raise IsADirectoryError(path)
             if not stat.S_ISREG(info.st_mode):
                 raise Unreadable(f"{what} {path} is not a regular file")
             if info.st_size > MAX_BYTES:

@@ -386,7 +386,7 @@ class Verdicts:
         bench = item.stash.get(BENCHMARK_KEY, None)
         if bench is None or not (bench.metrics or getattr(bench, "uncounted", None)):
             return None  # (under valgrind, what was not counted and why travels too)
-        chosen = markers.bench_settings(item.get_closest_marker("hpml_bench"))
+        chosen = markers.bench_settings(markers.bench_mark(item))
         threshold = chosen.threshold or self.settings.threshold
         known = len(self.errors)
         accepted = getattr(bench, "accepted", {})

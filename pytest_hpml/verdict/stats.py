@@ -35,7 +35,8 @@ def median(values: Sequence[float]) -> float:
     if not n:
         raise ValueError("median of no values")
     mid = n // 2
-    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    # halves first: the mean of two finite floats near the largest one is finite too
+    return ordered[mid] if n % 2 else ordered[mid - 1] / 2 + ordered[mid] / 2
 
 
 def geometric_mean(values: Sequence[float]) -> float | None:
