@@ -484,6 +484,29 @@ READ: list[Case] = [
         files={"test_count.py": COUNT, PORTABLE: '{"format": 1, "n": ' + "7" * 5000 + "}"},
     ),
     Case(
+        "baseline-a-test-given-twice",  # the last copy won, unsaid
+        ("--hpml-benchmarks",),
+        r"hpml: ERROR baseline file \S+ gives the key 'test_count.py::test_count' twice in one "
+        r"object",
+        FAILED,
+        files={
+            "test_count.py": COUNT,
+            PORTABLE: '{"format": "pytest-hpml-baselines/1", "entries": {'
+            '"test_count.py::test_count": {}, "test_count.py::test_count": {}}}',
+        },
+    ),
+    Case(
+        "baseline-a-time-in-milliseconds",  # 0.0007 read as seconds: improved -99.8%
+        ("--hpml-benchmarks", "--hpml-bench-time=0.2"),
+        r'entries\["test_bench.py::test_sum"\]\["time"\]: unit \'ms\': a time is stored in '
+        r"seconds \('s'\); not used",
+        FAILED,
+        files={
+            "test_bench.py": BENCH,
+            MACHINE: baseline_file({"test_bench.py::test_sum": {"time": {**TIME, "unit": "ms"}}}),
+        },
+    ),
+    Case(
         "baseline-nested-too-deep",
         ("--hpml-benchmarks",),
         r"baseline file \S+ is nested deeper than 64 levels",

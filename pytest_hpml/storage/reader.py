@@ -33,7 +33,9 @@ def read_json(path: Path, what: str) -> Any:
     wrong, :class:`Unreadable`."""
     text = read_text(path, what)
     try:
-        document = json.loads(text)
+        document = json.loads(text, object_pairs_hook=_once_each)
+    except _Twice as twice:
+        raise Unreadable(f"{what} {path} gives the key {twice.key!r} twice in one object") from None
     except RecursionError:
         raise Unreadable(f"{what} {path} is nested deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
@@ -48,6 +50,24 @@ def read_json(path: Path, what: str) -> Any:
     if _deeper_than(document, MAX_DEPTH):
         raise Unreadable(f"{what} {path} is nested deeper than {MAX_DEPTH} levels")
     return document
+
+
+class _Twice(ValueError):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of the document, refused where a key comes twice: json would keep the last
+    copy, and which one a reader meant is not known."""
+    found = dict(pairs)
+    if len(found) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Twice(key)
+            seen.add(key)
+    return found
 
 
 def read_text(path: Path, what: str) -> str:

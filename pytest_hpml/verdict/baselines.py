@@ -109,6 +109,8 @@ def record_problem(record: dict[str, Any], stored: bool = False) -> str | None:
         if not number(record.get("tolerance", 0.0)) or record.get("tolerance", 0.0) < 0:
             return f"tolerance {record.get('tolerance')!r} is not a number >= 0"
         return None
+    if kind.name == "time" and record.get("unit", "s") != "s":  # read as seconds regardless
+        return f"unit {record.get('unit')!r}: a time is stored in seconds ('s')"
     for key in ("processes", "earlier"):
         if not isinstance(record.get(key, []), list):
             return f"processes and earlier must be lists of process runs: {key} is not a list"
