@@ -33,6 +33,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,16 +53,22 @@ class CaseError(Exception):
     """A case that cannot run: its manifest, or building a side."""
 
 
+def manifest(path: Path, fields: Sequence[str]) -> dict[str, Any]:
+    """The TOML manifest in ``path`` (a case's or a suite's), with each of ``fields`` given."""
+    try:
+        found = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise CaseError(f"{path}: {exc}") from None
+    missing = [f for f in fields if not found.get(f)]
+    if missing:
+        raise CaseError(f"{path}: missing {', '.join(missing)}")
+    return found
+
+
 def load_case(folder: Path) -> dict[str, Any]:
     """A case's manifest, checked: every field present, the truth one of TRUTHS."""
     path = folder / "case.toml"
-    try:
-        case = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise CaseError(f"{path}: {exc}") from None
-    missing = [f for f in FIELDS if not case.get(f)]
-    if missing:
-        raise CaseError(f"{path}: missing {', '.join(missing)}")
+    case = manifest(path, FIELDS)
     if case["truth"] not in TRUTHS:
         raise CaseError(f"{path}: truth {case['truth']!r} is not one of {', '.join(TRUTHS)}")
     return {"name": folder.name, "folder": folder, **case}
@@ -180,20 +187,34 @@ def run_gate(
     case: dict[str, Any], base: Path, head: Path, folder: Path, out: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
     """pytest-hpml's gate: the head side against the base side, in pairs of processes."""
+    extra = [*(["--hpml-instructions=all"] if args.instructions else []), *args.hpml]
+    exit, wall, document = run_against(head, base, folder, out, extra)
+    return {"exit": exit, "wall": wall, **(_verdicts(document) if document else {})}
+
+
+def run_against(
+    head: Path, base: Path | None, folder: Path, out: Path, extra: Sequence[str]
+) -> tuple[int, float, dict[str, Any] | None]:
+    """``pytest --hpml-against=HEAD`` by ``head``'s interpreter in ``folder`` (``base``'s the
+    base side's, if given), its log and report in ``out``: exit status, wall time, report."""
     report = out / "hpml.json"
     command = [
-        str(head), "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN",
-        "--hpml-against=HEAD", f"--hpml-against-python={base}", f"--hpml-report={report}",
-        *(["--hpml-instructions=all"] if args.instructions else []), *args.hpml,
+        str(head), "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN", "--hpml-against=HEAD",
+        f"--hpml-report={report}", *([f"--hpml-against-python={base}"] if base else []), *extra,
     ]  # fmt: skip
+    exit, wall = timed_run(command, folder, out / "hpml.log")
+    document = json.loads(report.read_text(encoding="utf-8")) if report.exists() else None
+    return exit, wall, document
+
+
+def timed_run(command: list[str], folder: Path, log: Path) -> tuple[int, float]:
+    """``command`` run in ``folder`` in a clean environment, its output written to ``log``:
+    its exit status and its wall time in seconds."""
     started = time.monotonic()
     found = _run(command, cwd=folder, env=_clean_env())
     wall = time.monotonic() - started
-    (out / "hpml.log").write_text(found.stdout + found.stderr, encoding="utf-8")
-    result: dict[str, Any] = {"exit": found.returncode, "wall": round(wall, 1)}
-    if report.exists():
-        result.update(_verdicts(json.loads(report.read_text(encoding="utf-8"))))
-    return result
+    log.write_text(found.stdout + found.stderr, encoding="utf-8")
+    return found.returncode, round(wall, 1)
 
 
 def _clean_env() -> dict[str, str]:

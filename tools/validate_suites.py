@@ -31,10 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from validate import ROOT, CaseError, _clean_env, _run, side_python
+from validate import ROOT, CaseError, _clean_env, _run, manifest, run_against, side_python
 
 SUITES = ROOT / "validation" / "suites"
 FIELDS = ("library", "release", "base", "head", "repository", "revision", "pair_revision", "run")
@@ -45,13 +43,7 @@ def load_suite(folder: Path) -> dict[str, Any]:
     """A suite's manifest, checked: every field present, each known change's verdict one the
     gate gives."""
     path = folder / "suite.toml"
-    try:
-        suite = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise CaseError(f"{path}: {exc}") from None
-    missing = [f for f in FIELDS if not suite.get(f)]
-    if missing:
-        raise CaseError(f"{path}: missing {', '.join(missing)}")
+    suite = manifest(path, FIELDS)
     for known in suite.get("known", []):
         if known.get("verdict") not in ("regressed", "improved") or not known.get("benchmarks"):
             raise CaseError(f"{path}: a known change needs benchmarks and a verdict")
@@ -100,20 +92,9 @@ def run_gate(
     suite: dict[str, Any], head: Path, base: Path | None, folder: Path, out: Path
 ) -> dict[str, Any]:
     """The gate on the whole suite: head against base, in pairs of processes."""
-    report = out / "hpml.json"
-    command = [
-        str(head), "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN", suite["run"],
-        "--hpml-against=HEAD", f"--hpml-report={report}", *suite.get("args", []),
-        *([f"--hpml-against-python={base}"] if base is not None else []),
-    ]  # fmt: skip
-    started = time.monotonic()
-    found = _run(command, cwd=folder, env=_clean_env())
-    wall = time.monotonic() - started
-    (out / "hpml.log").write_text(found.stdout + found.stderr, encoding="utf-8")
-    result: dict[str, Any] = {"exit": found.returncode, "wall": round(wall, 1)}
-    if report.exists():
-        result.update(summarized(json.loads(report.read_text(encoding="utf-8"))))
-    return result
+    extra = [suite["run"], *suite.get("args", [])]
+    exit, wall, document = run_against(head, base, folder, out, extra)
+    return {"exit": exit, "wall": wall, **(summarized(document) if document else {})}
 
 
 def summarized(document: dict[str, Any]) -> dict[str, Any]:
