@@ -645,6 +645,17 @@ def test_an_interpreter_that_prints_other_json_is_a_usage_error(
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 
+@pytest.mark.parametrize("inside", ["absolute", "relative"])
+def test_a_temporary_directory_in_the_rootdir_is_a_usage_error(repo: Project, inside: str) -> None:
+    """The base worktree was made under the rootdir and collected as head tests."""
+    (repo.path / "tmp").mkdir()
+    repo.monkeypatch.setenv("TMPDIR", str(repo.path / "tmp") if inside == "absolute" else "tmp")
+    result = repo.run_subprocess("--hpml-against=HEAD")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stderr.fnmatch_lines(["*--hpml-against: the temporary directory * lies in the rootdir*"])
+    assert worktrees(repo.path) == [str(repo.path)]
+
+
 def test_a_worktree_that_cannot_be_made_is_a_usage_error(repo: Project) -> None:
     """A commit that names a file git lost: the revision resolves, its checkout fails."""
     blob = git(repo.path, "rev-parse", "HEAD:work.py").strip()

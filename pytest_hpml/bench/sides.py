@@ -129,6 +129,7 @@ class Against:
         self._server: forkserver.Server | None = None
         self._server_tried = False
         self._watches: list[Any] = []  # torch_state.OnImport: the server starts with torch's import
+        _check_temporary(config.rootpath)
         self.directory = Path(tempfile.mkdtemp(prefix="pytest-hpml-base-"))
         try:
             _git(self.top, "worktree", "add", "--detach", "--quiet", str(self.directory), sha)
@@ -676,6 +677,21 @@ def _check_python(python: str, against: Against) -> tuple[str, dict[str, Any]]:
             "both sides must measure alike; install the same version into both environments"
         )
     return found, description
+
+
+def _check_temporary(root: Path) -> None:
+    """A usage error where the temporary directory lies in the rootdir: the base worktree made
+    there would be collected as the head's tests."""
+    where, root = Path(tempfile.gettempdir()).resolve(), root.resolve()
+    if where == root or root in where.parents:
+        named = next(
+            (f"{v}={os.environ[v]}" for v in ("TMPDIR", "TEMP", "TMP") if v in os.environ), ""
+        )
+        raise pytest.UsageError(
+            f"--hpml-against: the temporary directory {where} ({named or 'the default'}) lies "
+            f"in the rootdir {root}, where pytest would collect the base worktree as the head's "
+            "tests; set TMPDIR to a directory outside it"
+        )
 
 
 def _check_paths(config: pytest.Config, paths: Sequence[str]) -> tuple[str, ...]:
