@@ -129,6 +129,14 @@ OPTIONS: list[Case] = [
         r"--hpml-against, or drop --hpml-pairs",
         USAGE,
     ),
+    Case(
+        "benchmark-disable-while-recording",  # recorded nothing, said nothing
+        ("--benchmark-disable", "--hpml-baseline=update"),
+        r"ERROR: --benchmark-disable times nothing, but --hpml-baseline=update records "
+        r"baselines: nothing would be measured",
+        USAGE,
+        files={"test_count.py": COUNT},
+    ),
     # options that work only with another
     Case(
         "against-python-without-against",

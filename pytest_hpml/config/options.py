@@ -900,6 +900,7 @@ def resolve(config: pytest.Config) -> Settings:
     _check_off(values, sources)
     _check_needs(values, sources)
     _check_against(values, sources)
+    _check_timing_off(config, values, sources)
     for opt in OPTIONS:
         for source in blanks.get(opt.dest, []):
             say(config, f"{source} is blank: treated as unset ({_instead(opt, sources)})")
@@ -966,6 +967,25 @@ def _check_against(values: dict[str, Any], sources: dict[str, str]) -> None:
             f"{sources['against']} judges benchmarks, but {sources['benchmarks']} turned "
             "pytest-hpml's benchmarks off"
         )
+
+
+def _check_timing_off(
+    config: pytest.Config, values: dict[str, Any], sources: dict[str, str]
+) -> None:
+    """--benchmark-disable runs each benchmark once and times nothing: a run that records
+    baselines or judges head against base would then do neither, without a word."""
+    if not values["benchmarks"] or not getattr(config.option, "benchmark_disable", False):
+        return
+    if values["baseline"] in ("update", "append"):
+        asked = f"{sources['baseline']}={values['baseline']} records baselines"
+    elif values["against"]:
+        asked = f"{sources['against']} measures both sides"
+    else:
+        return
+    raise pytest.UsageError(
+        f"--benchmark-disable times nothing, but {asked}: nothing would be measured; drop "
+        "--benchmark-disable (from addopts too), or run without it"
+    )
 
 
 # Options that mean something only beside another: option -> the one it needs.
