@@ -645,6 +645,21 @@ def test_an_interpreter_that_prints_other_json_is_a_usage_error(
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 
+def test_a_revision_that_names_a_tag_and_a_branch_is_a_usage_error(repo: Project) -> None:
+    """git resolved it to the tag's older commit, its warning swallowed."""
+    git(repo.path, "tag", "x", "HEAD")
+    (repo.path / "later.txt").write_text("later\n")
+    git(repo.path, "add", "later.txt")
+    git(repo.path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "later")
+    git(repo.path, "branch", "x")
+    result = repo.run("--hpml-against=x")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--hpml-against=x is ambiguous: refs/tags/x and refs/heads/x are different commits*"]
+    )
+    assert worktrees(repo.path) == [str(repo.path)]
+
+
 @pytest.mark.parametrize("inside", ["absolute", "relative"])
 def test_a_temporary_directory_in_the_rootdir_is_a_usage_error(repo: Project, inside: str) -> None:
     """The base worktree was made under the rootdir and collected as head tests."""

@@ -539,6 +539,7 @@ def _toplevel(root: Path) -> Path:
 
 
 def _commit(top: Path, revision: str) -> str:
+    _check_unambiguous(top, revision)
     try:
         found = _git(
             top, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{revision}^{{commit}}"
@@ -550,6 +551,27 @@ def _commit(top: Path, revision: str) -> str:
             "(git rev-parse must know it: in CI, fetch the base first, e.g. "
             "actions/checkout with fetch-depth: 0)"
         ) from None
+
+
+def _check_unambiguous(top: Path, revision: str) -> None:
+    """A usage error where ``revision`` names refs of different commits (a tag and a branch
+    both named ``x``): git picks one by its rules, silently, and maybe not the one meant."""
+    # the refs git tries for a name, in its order (git help revisions)
+    tried = [f"refs/{revision}", f"refs/tags/{revision}", f"refs/heads/{revision}"]
+    tried += [f"refs/remotes/{revision}", f"refs/remotes/{revision}/HEAD"]
+    listed = _git(top, "for-each-ref", "--format=%(refname) %(objectname) %(*objectname)", *tried)
+    commits = {}
+    for line in listed.splitlines():
+        name, _, objects = line.partition(" ")
+        if name in tried:
+            commits[name] = objects.split()[-1]  # a tag's commit, not the tag object
+    named = sorted(commits, key=tried.index)  # the first is the one git would take
+    if len(set(commits.values())) > 1:
+        raise pytest.UsageError(
+            f"--hpml-against={revision} is ambiguous: {' and '.join(named)} are different "
+            f"commits, and git would take {named[0]} unsaid; name one in full "
+            f"(--hpml-against={named[0]})"
+        )
 
 
 # What a side measures with (Python, torch and its CUDA and cuDNN, every installed
