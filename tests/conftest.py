@@ -358,14 +358,17 @@ def interruptible() -> None:
 DUMPS_STACKS = {"PYTHONFAULTHANDLER": "1"}
 
 
-def interrupt(process: subprocess.Popen[str], seconds: float = 60) -> tuple[str, str]:
-    """Ctrl-C (SIGINT) to ``process`` (started with :data:`DUMPS_STACKS`): its output once it
-    ended. One still running after ``seconds`` fails the test with what it was doing (its
-    threads' stacks) and the processes under it, which are then killed: a hang is found where
-    it happened, and the tests after it run on a quiet machine."""
+def interrupt(
+    process: subprocess.Popen[str], seconds: float = 60, number: int | None = None
+) -> tuple[str, str]:
+    """Ctrl-C (SIGINT, or the signal ``number``) to ``process`` (started with
+    :data:`DUMPS_STACKS`): its output once it ended. One still running after ``seconds`` fails
+    the test with what it was doing (its threads' stacks) and the processes under it, which are
+    then killed: a hang is found where it happened, and the tests after it run on a quiet
+    machine."""
     import signal
 
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGINT if number is None else number)
     try:
         return process.communicate(timeout=seconds)
     except subprocess.TimeoutExpired:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -684,10 +685,15 @@ def test_a_worktree_that_cannot_be_made_is_a_usage_error(repo: Project) -> None:
     assert left_in(Path(tempfile.gettempdir())) == before
 
 
-def test_ctrl_c_while_the_sides_measure_leaves_no_worktree(repo: Project, tmp_path: Path) -> None:
-    """SIGINT to a real pytest while a base process measures: pytest's exit on Ctrl-C, the
-    process stopped, and the one that forked it (Note [Fork server]), and neither the worktree
-    nor a request file left."""
+@pytest.mark.parametrize(
+    "number", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda n: n.name
+)
+def test_ctrl_c_while_the_sides_measure_leaves_no_worktree(
+    repo: Project, tmp_path: Path, number: int
+) -> None:
+    """SIGINT to a real pytest while a base process measures, or SIGTERM (a CI's cancel) or
+    SIGHUP (Note [Ending signals]): pytest's exit on Ctrl-C, the process stopped, and the one
+    that forked it (Note [Fork server]), and neither the worktree nor a request file left."""
     waits = TESTS.replace(
         "    benchmark(work)\n",
         "    if os.environ.get('HPML_INTERNAL_RERUN'):\n"
@@ -710,11 +716,12 @@ def test_ctrl_c_while_the_sides_measure_leaves_no_worktree(repo: Project, tmp_pa
     )
     try:
         pid, parent = _wait_for(inner, scratch)
-        output, _ = interrupt(inner)
+        output, _ = interrupt(inner, number=number)
     finally:
         inner.kill()
     assert inner.returncode == pytest.ExitCode.INTERRUPTED, output
     assert "KeyboardInterrupt" in output
+    assert "Traceback" not in output, output
     assert still_running([pid, parent]) == []
     assert left_in(scratch) == []
     assert worktrees(repo.path) == [str(repo.path)]

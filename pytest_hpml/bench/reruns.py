@@ -356,6 +356,28 @@ def watching_ctrl_c() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+# Signals that end a run as Ctrl-C does (Note [Ending signals]): a CI's cancel, `timeout` and
+# `docker stop` send SIGTERM; a closed terminal, SIGHUP.
+ENDING = (signal.SIGTERM, signal.SIGHUP)
+
+
+def ending_as_ctrl_c(config: pytest.Config) -> None:
+    """Until the run ends, SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread, so
+    that the run stops its processes and removes its worktree as on Ctrl-C. Only where the
+    signal's default action is set: a handler of the user's, or an ignored signal, keeps it."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for number in ENDING:
+        if signal.getsignal(number) is signal.SIG_DFL:
+            signal.signal(number, _as_ctrl_c)
+            config.add_cleanup(lambda number=number: signal.signal(number, signal.SIG_DFL))
+
+
+def _as_ctrl_c(number: int, frame: FrameType | None) -> None:
+    _CTRL_C.append(number)  # seen, should a finalizer swallow it (Note [Swallowed Ctrl-C])
+    raise KeyboardInterrupt(f"{signal.Signals(number).name} received")
+
+
 def _close(end: int) -> None:
     with contextlib.suppress(OSError):  # closed already
         os.close(end)

@@ -766,6 +766,7 @@ def prepare(config: pytest.Config, chosen: Any, launched: bool) -> None:
     against = Against(config, chosen.against, chosen.against_python, chosen.against_paths)
     config.stash[AGAINST_KEY] = against
     config.add_cleanup(against.remove)
+    reruns.ending_as_ctrl_c(config)  # undone first at the end: a second signal ends at once
     against.watch_imports()
 
 
