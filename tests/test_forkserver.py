@@ -121,6 +121,22 @@ def test_ctrl_c_and_kill_reach_a_forked_process(server: Server, tree: Path) -> N
     assert child.returncode == -signal.SIGKILL
 
 
+def test_a_process_left_by_a_ctrl_c_is_still_stopped_and_waited_for(
+    server: Server, tree: Path
+) -> None:
+    """Ctrl-C in the block closed its status pipe: killing and waiting for it afterwards raised
+    OSError (a bad file descriptor) in place of pytest's clean exit on Ctrl-C."""
+    (tree / "tree" / "waits.py").write_text("import time\ntime.sleep(60)\n")
+    env = {**os.environ, "PYTHONPATH": str(tree / "tree")}
+    waits = [sys.executable, "-m", "waits"]
+    with pytest.raises(KeyboardInterrupt), server.popen(waits, cwd=tree, env=env) as child:
+        raise KeyboardInterrupt
+    assert child.poll() is None  # still running: nothing waited for it
+    child.kill()
+    assert child.wait(10) == -signal.SIGKILL
+    child.release()  # twice closed: nothing to say
+
+
 def test_a_process_that_starts_after_its_pair_was_stopped_is_stopped_at_once(
     server: Server, tree: Path
 ) -> None:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -335,12 +336,17 @@ class Forked:
             _close(end)
         if kind is None:
             self.wait()
-        _close(self._status)
+        self._close_status()
 
     def release(self) -> None:
         """Close what this process holds of it (its pipes), once it has ended or no one waits."""
-        for end in (self._out, self._err, self._status):
+        for end in (self._out, self._err):
             _close(end)
+        self._close_status()
+
+    def _close_status(self) -> None:
+        _close(self._status)
+        self._status = -1  # a later wait asks the system, not a closed pipe (EBADF)
 
     def communicate(self) -> tuple[str, str]:
         """Its output, read to the end of both pipes, once it has ended."""
@@ -367,6 +373,8 @@ class Forked:
     def wait(self, timeout: float | None = None) -> int:
         """Its exit status, once the server has seen it end (``subprocess.TimeoutExpired``
         after ``timeout`` seconds)."""
+        if self.returncode is None and self._status < 0:
+            return self._wait_unheard(timeout)
         if self.returncode is None:
             import select  # here: only a process of the pairs is waited for this way
 
@@ -377,6 +385,20 @@ class Forked:
             # the server ended without saying (killed): so has the process, with it
             self.returncode = int(said) if said else -signal.SIGKILL
         return self.returncode
+
+    def _wait_unheard(self, timeout: float | None) -> int:
+        """Wait for it without its status pipe (closed once a Ctrl-C cut the wait short): until
+        the system no longer knows its pid. Its status went with the pipe."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                self.returncode = -signal.SIGKILL
+                return self.returncode
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(0.01)
 
     def send_signal(self, number: int) -> None:
         if self.poll() is None:
