@@ -630,6 +630,25 @@ def test_an_interpreter_without_the_plugin_is_a_usage_error(repo: Project, tmp_p
     assert worktrees(repo.path) == [str(repo.path)]
 
 
+def test_a_slow_interpreter_is_said_to_be_awaited(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A base interpreter that takes its time (a cold disk, a wrapper) was 300 s of silence."""
+    from pytest_hpml.bench import sides
+
+    monkeypatch.setattr(sides, "SPEAK_AFTER", 0.2)
+    said: list[str] = []
+    slow = subprocess.Popen(
+        ["sh", "-c", "sleep 1; echo '{\"packages\": {}}'"], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    found, why = sides.described(slow, lambda: said.append("waiting"))
+    assert (found, why, said) == ({"packages": {}}, "", ["waiting"])
+    quick = subprocess.Popen(
+        ["echo", '{"packages": {}}'], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert sides.described(quick, lambda: said.append("again"))[0] == {"packages": {}}
+    assert said == ["waiting"]  # nothing said of a quick one
+
+
 @pytest.mark.parametrize("printed", ["[1, 2]", '{"packages": [1]}', '{"python": "3.11"}'])
 def test_an_interpreter_that_prints_other_json_is_a_usage_error(
     repo: Project, tmp_path: Path, printed: str

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from .. import _compat
 from ..config.invocation import child_args
 from ..config.options import SETTINGS_KEY, given, shown
 from ..config.progress import Progress, plural
@@ -36,6 +37,7 @@ from . import forkserver, reruns
 BASE, HEAD = "base", "head"
 GIT_TIMEOUT = 300.0  # seconds a git command may take (a worktree of a large repository)
 CHECK_TIMEOUT = 300.0  # seconds the base interpreter may take to import torch and the plugin
+SPEAK_AFTER = 10.0  # seconds of waiting for it after which a line says what is awaited
 # Pairs that count the work (the others only time): two processes a side show a count that
 # varies with the input (Note [Torch state]).
 COUNTED_PAIRS = 2
@@ -624,10 +626,17 @@ def describe_here(modules: Sequence[str]) -> dict[str, Any] | None:
     return namespace["describe"]()
 
 
-def described(started: subprocess.Popen[str]) -> tuple[dict[str, Any] | None, str]:
-    """What :func:`describing` found, or None and why not."""
+def described(
+    started: subprocess.Popen[str], waiting: Callable[[], None] = lambda: None
+) -> tuple[dict[str, Any] | None, str]:
+    """What :func:`describing` found, or None and why not; ``waiting`` says what is awaited,
+    once it has taken :data:`SPEAK_AFTER` seconds."""
     try:
-        out, err = started.communicate(timeout=CHECK_TIMEOUT)
+        try:
+            out, err = started.communicate(timeout=SPEAK_AFTER)
+        except subprocess.TimeoutExpired:
+            waiting()
+            out, err = started.communicate(timeout=CHECK_TIMEOUT - SPEAK_AFTER)
     except subprocess.TimeoutExpired:
         started.kill()
         started.communicate()
@@ -678,8 +687,18 @@ def _check_python(python: str, against: Against) -> tuple[str, dict[str, Any]]:
     found = os.path.abspath(found)  # the base side runs in the worktree
     modules = _modules()
     env = {**os.environ, **against.environment(Side(BASE, against.directory, "", found))}
+
+    def waiting() -> None:
+        with _compat.uncaptured(against.config):
+            print(
+                f"hpml: waiting for {named} to import {', '.join(modules)} (at most "
+                f"{CHECK_TIMEOUT:g} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
     try:
-        description, why = described(describing(found, modules, env))
+        description, why = described(describing(found, modules, env), waiting)
     except OSError as exc:
         raise pytest.UsageError(f"{named} cannot run: {exc}") from None
     if description is None and why.startswith("it printed"):  # an answer, not Python's
