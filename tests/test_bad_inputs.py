@@ -504,6 +504,34 @@ READ: list[Case] = [
         },
     ),
     Case(
+        "baseline-two-files-for-one-machine",  # one of them was ignored, unsaid
+        ("--hpml-benchmarks", "--hpml-bench-time=0.2"),
+        r"baseline file \S+: machine-\S+ and machine-\S+ both name machine [0-9a-f]{12}: which "
+        r"one holds its times is not known",
+        FAILED,
+        files={
+            "test_bench.py": BENCH,
+            MACHINE: baseline_file({}),
+            "baselines/machine-a-label-of-its-own-" + _HERE.id + ".json": baseline_file({}),
+        },
+    ),
+    Case(
+        "baseline-a-machine-file-of-another-fingerprint",  # used as this machine's
+        ("--hpml-benchmarks", "--hpml-bench-time=0.2"),
+        r"baseline file \S+: its name says machine [0-9a-f]{12}, its fingerprint '000000000000'",
+        FAILED,
+        files={
+            "test_bench.py": BENCH,
+            MACHINE: json.dumps(
+                {
+                    "format": "pytest-hpml-baselines/1",
+                    "fingerprint": {"id": "000000000000"},
+                    "entries": {"test_bench.py::test_sum": {"time": TIME}},
+                }
+            ),
+        },
+    ),
+    Case(
         "baseline-a-time-in-milliseconds",  # 0.0007 read as seconds: improved -99.8%
         ("--hpml-benchmarks", "--hpml-bench-time=0.2"),
         r'entries\["test_bench.py::test_sum"\]\["time"\]: unit \'ms\': a time is stored in '

@@ -82,6 +82,7 @@ def test_no_time_baseline_for_this_machine_names_the_nearest_stored_one(project:
     data = json.loads(machine.read_text())
     other = OTHER_CPUS[data["fingerprint"]["cpu"] == OTHER_CPUS[0]]  # not this machine's
     data["fingerprint"]["cpu"] = other  # recorded on another CPU string
+    data["fingerprint"]["id"] = "0123456789ab"  # so another machine: its file names it
     machine.unlink()
     (project.baseline_dir / "machine-other-0123456789ab.json").write_text(json.dumps(data))
     result = project.bench()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..bench.metrics import kind_of
-from ..config.options import number
+from ..config.options import number, shown
 from ..hardware.fingerprint import Fingerprint
 from ..storage import reader, writer
 from ..storage.reader import at
@@ -66,7 +66,34 @@ def load(path: Path) -> dict[str, Any]:
         raise BaselineError(
             f"baseline file {path} is not a pytest-hpml baseline ({problem}); {FIX}"
         )
+    problem = _machine_problem(path, data)
+    if problem:
+        raise BaselineError(f"baseline file {path}: {problem}")
     return data
+
+
+_MACHINE_FILE = re.compile(r"machine-.*-([0-9a-f]{12})\.json")
+
+
+def _machine_problem(path: Path, data: dict[str, Any]) -> str | None:
+    """Why a machine file cannot be this machine's where its name says so: another file names
+    the same machine, or the fingerprint inside is another machine's."""
+    named = _MACHINE_FILE.fullmatch(path.name)
+    if named is None:
+        return None
+    same = sorted(p.name for p in path.parent.glob(f"machine-*-{named.group(1)}.json"))
+    if len(same) > 1:
+        return (
+            f"{' and '.join(same)} both name machine {named.group(1)}: which one holds its "
+            "times is not known; keep one, delete the other"
+        )
+    recorded = data.get("fingerprint", {}).get("id")
+    if recorded is not None and recorded != named.group(1):
+        return (
+            f"its name says machine {named.group(1)}, its fingerprint {shown(repr(recorded))}; "
+            "rename it after its fingerprint, or delete it and record again"
+        )
+    return None
 
 
 def is_baseline(path: Path) -> bool:
