@@ -252,7 +252,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         counts = ", ".join(f"{times.count(v)} {v}" for v in sorted(set(times)))
         lines.append(
             f"- {row['name']} {row['base']} -> {row['head']}: exit {gate['exit']}; times: "
-            f"{counts}; {gate['wall']:.0f} s against {pair['plain']['wall']:.0f} s base-then-head"
+            f"{counts}; {gate['wall']:.0f} s against {seconds(pair.get('plain'))} s base-then-head"
         )
         for known in pair["known"]:
             lines.append(
