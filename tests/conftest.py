@@ -345,12 +345,13 @@ def committed(project: Project, **files: str) -> Project:
 
 
 def interruptible() -> None:
-    """``preexec_fn`` of a process a test sends Ctrl-C (SIGINT) to: its default action, even in
-    a run started with SIGINT ignored (a shell's background job), which every child inherits
-    and which Python then leaves ignored."""
+    """``preexec_fn`` of a process a test sends Ctrl-C (SIGINT), SIGTERM or SIGHUP to: their
+    default actions, even in a run started with them ignored (a shell's background job ignores
+    SIGINT, ``nohup`` SIGHUP), which every child inherits and which Python then leaves so."""
     import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)
 
 
 # In the environment of a process that a test interrupts: on SIGABRT it prints every thread's
