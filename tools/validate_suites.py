@@ -89,11 +89,13 @@ def _git_dir(path: Path) -> Path:
 
 
 def run_gate(
-    suite: dict[str, Any], head: Path, base: Path | None, folder: Path, out: Path
+    suite: dict[str, Any], head: Path, base: Path | None, folder: Path, out: Path, raw: Path
 ) -> dict[str, Any]:
-    """The gate on the whole suite: head against base, in pairs of processes."""
+    """The gate on the whole suite: head against base, in pairs of processes. Its report (a
+    megabyte or so) stays in ``raw``, under --work; its log goes to ``out``, to be kept."""
     extra = [suite["run"], *suite.get("args", [])]
-    exit, wall, document = run_against(head, base, folder, out, extra)
+    exit, wall, document = run_against(head, base, folder, raw, extra)
+    shutil.copy(raw / "hpml.log", out / "hpml.log")
     return {"exit": exit, "wall": wall, **(summarized(document) if document else {})}
 
 
@@ -130,7 +132,8 @@ def run_plain(
     suite: dict[str, Any], base: Path, head: Path, folder: Path, out: Path
 ) -> dict[str, Any]:
     """The suite's own comparison: pytest-benchmark alone, base then head, each saving its
-    JSON (pytest-hpml's plugin not loaded)."""
+    JSON in ``out`` as the suite's CI does (pytest-hpml's plugin not loaded; 60 MB a side for
+    tensordict's, so under --work)."""
     started, exits = time.monotonic(), []
     for side, python in (("base", base), ("head", head)):
         command = [
@@ -177,13 +180,12 @@ def run_suite(suite: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
     runs = []
     for number in range(1, args.runs + 1):
         hogs = args.hogs if number % 2 == 0 else 0
-        where = out / f"unchanged-{number}"
-        where.mkdir(parents=True, exist_ok=True)
+        where, raw = places(args, out, suite, f"unchanged-{number}")
         load = with_load(hogs)
         try:
-            gate = run_gate(suite, release, None, folder, where)
+            gate = run_gate(suite, release, None, folder, where, raw)
             timed = not args.plain_runs or number in args.plain_runs
-            plain = run_plain(suite, release, release, folder, where) if timed else None
+            plain = run_plain(suite, release, release, folder, raw) if timed else None
         finally:
             stop(load)
         runs.append({"run": number, "hogs": hogs, "gate": gate, "plain": plain})
@@ -195,13 +197,22 @@ def run_suite(suite: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
             pair_folder = suite_files(suite, suite["pair_revision"], args)
         except CaseError as exc:
             return {**row, "pair_error": str(exc)}
-        where = out / "release-pair"
-        where.mkdir(parents=True, exist_ok=True)
-        gate = run_gate(suite, head, base, pair_folder, where)
-        plain = run_plain(suite, base, head, pair_folder, where)
+        where, raw = places(args, out, suite, "release-pair")
+        gate = run_gate(suite, head, base, pair_folder, where, raw)
+        plain = run_plain(suite, base, head, pair_folder, raw)
         row["pair"] = {"gate": gate, "plain": plain, "known": known_caught(suite, gate["times"])}
         print(f"{suite['name']} release pair: {said(gate, plain, 0)}", flush=True)
     return row
+
+
+def places(
+    args: argparse.Namespace, out: Path, suite: dict[str, Any], run: str
+) -> tuple[Path, Path]:
+    """Where one run's log is kept (under --out) and its raw reports go (under --work)."""
+    where, raw = out / run, args.work / "suite-runs" / suite["name"] / run
+    for folder in (where, raw):
+        folder.mkdir(parents=True, exist_ok=True)
+    return where, raw
 
 
 def said(gate: dict[str, Any], plain: dict[str, Any] | None, hogs: int) -> str:
