@@ -746,6 +746,59 @@ def test_ctrl_c_while_the_sides_measure_leaves_no_worktree(
     assert worktrees(repo.path) == [str(repo.path)]
 
 
+def test_a_worktree_that_a_killed_run_left_is_removed_by_the_next_run(
+    repo: Project, tmp_path: Path
+) -> None:
+    """SIGKILL leaves the worktree on disk and registered; the next run removes it and says
+    so, and leaves a worktree of another tool alone."""
+    waits = TESTS.replace(
+        "    benchmark(work)\n",
+        "    if os.environ.get('HPML_INTERNAL_RERUN') and not os.environ.get('GO_ON'):\n"
+        "        open('child.pid', 'w').write(f'{os.getpid()} {os.getppid()}')\n"
+        "        import time; time.sleep(600)\n"
+        "    benchmark(work)\n",
+    )
+    repo.pytester.makepyfile(test_inner=waits)
+    git(repo.path, "commit", "-qam", "a benchmark that waits in a measuring process")
+    other = tmp_path / "another-tools-tree"
+    git(repo.path, "worktree", "add", "--detach", "--quiet", str(other), "HEAD")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--hpml-against=HEAD",
+        *QUICK,
+    ]
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    inner = subprocess.Popen(
+        command, cwd=repo.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        pid, parent = _wait_for(inner, scratch)
+    finally:
+        inner.kill()
+        inner.communicate()
+    assert still_running([pid, parent]) == []
+    (left,) = scratch.glob("pytest-hpml-base-*")
+    assert str(left) in worktrees(repo.path)
+
+    again = subprocess.run(
+        command, cwd=repo.path, env={**env, "GO_ON": "1"}, capture_output=True, text=True
+    )
+    assert again.returncode == pytest.ExitCode.OK, again.stdout + again.stderr
+    assert (
+        f"hpml: removed the base worktree {left}, which a run that ended without cleaning up "
+        f"(process {inner.pid}) left behind"
+    ) in again.stderr
+    assert worktrees(repo.path) == [str(repo.path), str(other)]
+    assert left_in(scratch) == []
+
+
 # A Ctrl-C that a finalizer swallows, while the controller waits for a process that never says
 # a word: Python prints "Exception ignored in" and goes on.
 SWALLOWED = """

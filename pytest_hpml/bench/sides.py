@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -132,7 +133,8 @@ class Against:
         self._server_tried = False
         self._watches: list[Any] = []  # torch_state.OnImport: the server starts with torch's import
         _check_temporary(config.rootpath)
-        self.directory = Path(tempfile.mkdtemp(prefix="pytest-hpml-base-"))
+        _remove_left_behind(config, self.top)
+        self.directory = Path(tempfile.mkdtemp(prefix=f"{WORKTREE_PREFIX}{os.getpid()}-"))
         try:
             _git(self.top, "worktree", "add", "--detach", "--quiet", str(self.directory), sha)
             self.base = Side(BASE, self.directory, sha[:12], sys.executable)
@@ -465,6 +467,40 @@ def _take(
         found.failed.setdefault(side.name, {}).setdefault(test, why)
     found.collected.setdefault(side.name, set()).update(answer.get("benchmarks", ()))
     return {result["test"]: result["metrics"] for result in answer["results"]}
+
+
+# A base worktree's name holds its run's process id: a later run knows which ones a killed run
+# left behind (SIGKILL: nothing could clean up).
+WORKTREE_PREFIX = "pytest-hpml-base-"
+_LEFT_BEHIND = re.compile(re.escape(WORKTREE_PREFIX) + r"(\d+)-")
+
+
+def _remove_left_behind(config: pytest.Config, top: Path) -> None:
+    """Remove the base worktrees of ``top`` whose run no longer runs, and say so; another
+    tool's worktrees, and those of a run still going, are left alone."""
+    listed = _git(top, "worktree", "list", "--porcelain").splitlines()
+    for path in (Path(line[len("worktree ") :]) for line in listed if line.startswith("worktree ")):
+        match = _LEFT_BEHIND.match(path.name)
+        if match is None or _running(int(match.group(1))):
+            continue
+        remove_worktree(top, path)
+        with _compat.uncaptured(config):
+            print(
+                f"hpml: removed the base worktree {path}, which a run that ended without "
+                f"cleaning up (process {match.group(1)}) left behind",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process, or no pid at all: not ours to judge
+    return True
 
 
 def remove_worktree(top: Path, directory: Path) -> None:
