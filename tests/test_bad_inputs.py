@@ -716,8 +716,8 @@ WRITTEN: list[Case] = [
     Case(
         "baseline-directory-linked-out-of-the-project",
         ("--hpml-baseline=update",),
-        r"--hpml-baseline-dir: baselines leads through a link to \S+/elsewhere, outside the "
-        r"project",
+        r"--hpml-baseline-dir: baselines leads to \S+/elsewhere, outside the project \(\S+\); "
+        r"pytest-hpml writes there only where the command line or an HPML_\* variable names it",
         USAGE,
         files={
             "project/pytest.ini": "[pytest]\n",
@@ -726,6 +726,43 @@ WRITTEN: list[Case] = [
         },
         links={"project/baselines": "../elsewhere"},
         cwd="project",
+    ),
+    # One rule for paths and links (Note [Outside the project]): an ini key recorded out of the
+    # project through "..", without a word; a link named on the command line was refused.
+    Case(
+        "ini-baseline-directory-out-of-the-project",
+        ("--hpml-baseline=update",),
+        r"ini hpml_baseline_dir: ../elsewhere leads to \S+/elsewhere, outside the project",
+        USAGE,
+        files={
+            "project/pytest.ini": "[pytest]\nhpml_baseline_dir = ../elsewhere\n",
+            "project/test_count.py": COUNT,
+        },
+        cwd="project",
+    ),
+    Case(
+        "named-baseline-directory-out-of-the-project-records-there",
+        ("--hpml-baseline=update", "--hpml-baseline-dir=../elsewhere"),
+        r"baselines: \S+/project/\.\./elsewhere \(update\)",
+        0,
+        files={"project/pytest.ini": "[pytest]\n", "project/test_count.py": COUNT},
+        cwd="project",
+        made=(portable_path(Path("elsewhere"), _HERE).as_posix(),),
+    ),
+    Case(
+        "named-link-out-of-the-project-records-in-its-target",
+        ("--hpml-baseline=update",),
+        r"baselines: \S+/project/baselines \(update\)",
+        0,
+        files={
+            "project/pytest.ini": "[pytest]\n",
+            "project/test_count.py": COUNT,
+            "elsewhere/x": "",
+        },
+        env={"HPML_BASELINE_DIR": "baselines"},
+        links={"project/baselines": "../elsewhere"},
+        cwd="project",
+        made=(portable_path(Path("elsewhere"), _HERE).as_posix(),),
     ),
     Case(
         "markdown-to-stdout-keeps-the-log",

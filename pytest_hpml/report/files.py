@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import pytest
 
+from ..config.options import explicit
 from ..storage import reader, writer
 from ..verdict import baselines, stats
 from .text import (
@@ -81,13 +82,14 @@ def check_paths(chosen: Any, baseline_mode: str, root: Path) -> None:
         raise pytest.UsageError(f"{where}: {getattr(chosen, dest)} {problem}")
     if chosen.history:  # a directory added to, as the baselines' is when recording
         kept = Path(root, chosen.history)
-        problem = _directory_problem(kept, root, recording=True)
+        problem = _directory_problem(kept, root, True, _explicit(chosen, "history"))
         if os.path.realpath(kept) == os.path.realpath(directory):
             problem = "is the baseline directory; the history needs a directory of its own"
         if problem:
             raise pytest.UsageError(f"{_where(chosen, 'history')}: {chosen.history} {problem}")
     if baseline_mode != "off":
-        problem = _directory_problem(directory, root, baseline_mode in ("update", "append"))
+        recording = baseline_mode in ("update", "append")
+        problem = _directory_problem(directory, root, recording, _explicit(chosen, "baseline_dir"))
         if problem:
             where = _where(chosen, "baseline_dir")
             raise pytest.UsageError(f"{where}: {chosen.baseline_dir} {problem}")
@@ -112,15 +114,27 @@ def first_problem(
     return None
 
 
-def _directory_problem(directory: Path, root: Path, recording: bool) -> str | None:
-    """Why the baseline directory cannot be read (or, ``recording``, written), or None."""
+def _directory_problem(directory: Path, root: Path, recording: bool, named: bool) -> str | None:
+    """Why the baseline directory cannot be read (or, ``recording``, written), or None: one
+    written outside the project must be ``named`` for this run (Note [Outside the project])."""
     if writer.looping(directory):
         return "is a symbolic link loop"
     if directory.exists() and not directory.is_dir():
         return "is a file, not a directory"
-    if recording:
-        return writer.outside(directory, root) or writer.creatable(directory)
-    return None
+    if not recording:
+        return None
+    if not named and not writer.inside(directory, root):
+        return (
+            f"leads to {os.path.realpath(directory)}, outside the project "
+            f"({os.path.realpath(root)}); pytest-hpml writes there only where the command line "
+            "or an HPML_* variable names it"
+        )
+    return writer.creatable(directory)
+
+
+def _explicit(chosen: Any, dest: str) -> bool:
+    """Whether this run's command line or environment named the setting ``dest``."""
+    return explicit(chosen.sources.get(dest, "default"))
 
 
 def _where(chosen: Any, dest: str) -> str:

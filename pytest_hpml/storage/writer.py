@@ -83,6 +83,11 @@ def _inside(path: Path, directory: Path) -> bool:
     return path == directory or directory in path.parents
 
 
+def inside(path: Path, directory: Path) -> bool:
+    """Whether ``path``'s real place lies in ``directory``'s, links followed."""
+    return _inside(Path(os.path.realpath(path)), Path(os.path.realpath(directory)))
+
+
 def _read_only(path: Path) -> str | None:
     mode = path.stat().st_mode
     if not os.access(path, os.W_OK) or not mode & 0o222:  # root may write a 0444 file: not here

@@ -26,6 +26,7 @@ from ..config.options import Settings
 from ..config.progress import Progress, plural
 from ..config.role import Duty, duty, is_controller, settings
 from ..hardware import fingerprint
+from ..storage import writer
 from ..storage.writer import Refused
 from . import baselines, paired, policy, stats
 from .judge import busy, runs, threshold_said
@@ -451,11 +452,16 @@ class Verdicts:
                 entry = updates.setdefault(self.path_for(record), {}).setdefault(result["test"], {})
                 entry[name] = {**compact(record), **stamp}
         written = []
+        # no link of a baseline file leads out of the project, or out of a directory outside it
+        # that the run named (Note [Outside the project])
+        root = self.config.rootpath
+        if not writer.inside(self.directory, root):
+            root = self.directory
         for path, entries in sorted(updates.items()):
             header = self._header(path, entries)
             combine = append if self.duty.baseline == "append" else None
             try:
-                baselines.merge(path, entries, header, combine, root=self.config.rootpath)
+                baselines.merge(path, entries, header, combine, root=root)
             except baselines.BaselineError as exc:  # the broken file is left as it is
                 self.unwritten.append(f"{exc} (not overwritten)")
             except Refused as exc:
