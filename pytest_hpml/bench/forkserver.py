@@ -322,6 +322,10 @@ class Forked:
         self.pid = pid
         self.returncode: int | None = None
         self._out, self._err, self._status = out, err, status
+        # Two threads wait for it (the one reading its output, and one stopping it on Ctrl-C):
+        # one reads the status pipe at a time, and none after it is closed (EBADF, or another
+        # pipe that reused its number).
+        self._waiting = threading.Lock()
 
     def __enter__(self) -> Forked:
         return self
@@ -345,8 +349,9 @@ class Forked:
         self._close_status()
 
     def _close_status(self) -> None:
-        _close(self._status)
-        self._status = -1  # a later wait asks the system, not a closed pipe (EBADF)
+        with self._waiting:
+            _close(self._status)
+            self._status = -1  # a later wait asks the system, not a closed pipe (EBADF)
 
     def communicate(self) -> tuple[str, str]:
         """Its output, read to the end of both pipes, once it has ended."""
@@ -373,18 +378,28 @@ class Forked:
     def wait(self, timeout: float | None = None) -> int:
         """Its exit status, once the server has seen it end (``subprocess.TimeoutExpired``
         after ``timeout`` seconds)."""
-        if self.returncode is None and self._status < 0:
-            return self._wait_unheard(timeout)
-        if self.returncode is None:
-            import select  # here: only a process of the pairs is waited for this way
-
-            readable, _, _ = select.select([self._status], [], [], timeout)
-            if not readable:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            with self._waiting:  # held a slice at most: another waiter's timeout holds
+                if self.returncode is None and self._status >= 0:
+                    self._look(WAIT_SLICE if left is None else min(left, WAIT_SLICE))
+                unheard = self.returncode is None and self._status < 0
+            if unheard:
+                return self._wait_unheard(left)
+            if self.returncode is None and left is not None and left <= 0:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        return self.returncode
+
+    def _look(self, seconds: float) -> None:
+        """Read its exit status, if the server wrote it within ``seconds``."""
+        import select  # here: only a process of the pairs is waited for this way
+
+        readable, _, _ = select.select([self._status], [], [], seconds)
+        if readable:
             said = os.read(self._status, 32)
             # the server ended without saying (killed): so has the process, with it
             self.returncode = int(said) if said else -signal.SIGKILL
-        return self.returncode
 
     def _wait_unheard(self, timeout: float | None) -> int:
         """Wait for it without its status pipe (closed once a Ctrl-C cut the wait short): until
@@ -407,6 +422,9 @@ class Forked:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+
+WAIT_SLICE = 0.05  # seconds a waiter holds the status pipe before another may look
 
 
 def _close(end: int) -> None:

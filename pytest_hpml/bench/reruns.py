@@ -149,7 +149,8 @@ def ask(
     forked = server if server and not wrapper and python == server.python else None
     if forked is not None and not forked.ready():  # it could not import torch: start afresh
         forked = None
-    if turn is not None and turn.ended:  # stopped while it waited for the fork server
+    ends = () if turn is None else turn.claim()
+    if ends is None:  # stopped while it waited for the fork server
         return subprocess.CompletedProcess([python], -signal.SIGINT, "", "not started"), None
     handle, name = tempfile.mkstemp(prefix=RERUN_PREFIX, suffix=".json")
     try:
@@ -160,7 +161,7 @@ def ask(
             "bench_time": bench_time,
             "output": name,
             "parent": os.getpid() if forked is None else forked.pid,
-            **({TURN_KEY: list(turn.child_ends)} if turn is not None else {}),
+            **({TURN_KEY: list(ends)} if turn is not None else {}),
             **({FORKSERVER_KEY: forked.where()} if forked is not None and forked.address else {}),
         }
         with os.fdopen(handle, "w", encoding="utf-8") as request:
@@ -170,11 +171,13 @@ def ask(
             cwd=cwd or config.invocation_params.dir,
             env={**os.environ, **measuring_environment(config), **(env or {}), RERUN_ENV: name},
             started=None if turn is None else turn.started,
-            pass_fds=() if turn is None else turn.child_ends,
+            pass_fds=ends,
             server=forked,
         )
         return done, _answer(Path(name))
     finally:
+        if turn is not None:
+            turn.passed()  # where the process never started
         Path(name).unlink(missing_ok=True)
 
 
@@ -243,15 +246,32 @@ class Turn:
         self.child_ends: tuple[int, ...] = (ready, go)  # the process's ends, passed by number
         self.child: Process | None = None
         self.ended = False  # stopped or closed: a process that starts now is stopped at once
+        # The thread that starts the process owns its ends once it claimed them, and closes
+        # them once: a descriptor closed twice may close another's that reused its number.
+        self._lock = threading.Lock()
+        self._claimed = False
+
+    def claim(self) -> tuple[int, ...] | None:
+        """The process's ends, for the one thread that starts it; None once stopped or closed."""
+        with self._lock:
+            if self.ended:
+                return None
+            self._claimed = True
+            return self.child_ends
+
+    def passed(self) -> None:
+        """Close the process's ends here (once): it holds them, or it never started."""
+        with self._lock:
+            ends, self.child_ends = self.child_ends, ()
+        for end in ends:
+            _close(end)
 
     def started(self, child: Process) -> None:
         """The process runs: its ends are its own now (and an end it closes, by ending, shows
         here as the end of the pipe). One that started after :meth:`stop` or :meth:`close`
         (it waited for the fork server) is stopped at once."""
         self.child = child  # before reading ``ended``: stop() sets it before reading ``child``
-        for end in self.child_ends:
-            os.close(end)
-        self.child_ends = ()
+        self.passed()
         if self.ended:
             _stop(child)
 
@@ -288,11 +308,14 @@ class Turn:
 
     def close(self) -> None:
         """Close the controller's ends: a process still waiting then goes on at once."""
-        self.ended = True
-        for end in (self._ready, self._go, *self.child_ends):
+        with self._lock:
+            self.ended = True
+            ends = (self._ready, self._go)
+            if not self._claimed:  # else the thread that claimed them closes them
+                ends, self.child_ends = (*ends, *self.child_ends), ()
+            self._ready = self._go = -1
+        for end in ends:
             _close(end)
-        self._ready = self._go = -1
-        self.child_ends = ()
 
 
 # what a process of a pair says through its Turn: ready to measure, a slice measured (Note
