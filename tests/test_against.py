@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -742,6 +743,59 @@ def test_ctrl_c_while_the_sides_measure_leaves_no_worktree(
     assert "KeyboardInterrupt" in output
     assert "Traceback" not in output, output
     assert still_running([pid, parent]) == []
+    assert left_in(scratch) == []
+    assert worktrees(repo.path) == [str(repo.path)]
+
+
+# git, on PATH before the real one: as the run removes its base worktree, the signal reaches
+# pytest (git's parent), which then has half a second left to end.
+SIGNALS_THE_REMOVAL = """#!/bin/sh
+if [ "$1 $2" = "worktree remove" ]; then kill -{name} $PPID; sleep 0.5; fi
+exec {git} "$@"
+"""
+
+
+@pytest.mark.parametrize("name", ["INT", "TERM", "HUP"])
+def test_a_signal_while_the_worktree_is_removed_is_held_until_it_is(
+    repo: Project, tmp_path: Path, name: str
+) -> None:
+    """The signal's default action had ended the run halfway: the worktree stayed."""
+    wrapper = tmp_path / "bin"
+    wrapper.mkdir()
+    real = shutil.which("git")
+    (wrapper / "git").write_text(SIGNALS_THE_REMOVAL.format(name=name, git=real))
+    (wrapper / "git").chmod(0o755)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {
+        **os.environ,
+        "TMPDIR": str(scratch),
+        "PATH": f"{wrapper}{os.pathsep}{os.environ['PATH']}",
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--hpml-against=HEAD",
+            *QUICK,
+        ],
+        cwd=repo.path,
+        env=env,
+        capture_output=True,
+        text=True,
+        preexec_fn=interruptible,
+        timeout=300,
+    )
+    assert done.returncode == pytest.ExitCode.INTERRUPTED, done.stdout + done.stderr
+    assert (
+        f"hpml: SIG{name} received while the run removed its base worktree: removed first, exit "
+        "status 2"
+    ) in done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
     assert left_in(scratch) == []
     assert worktrees(repo.path) == [str(repo.path)]
 

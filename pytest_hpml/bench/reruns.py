@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Union
 
 import pytest
 
+from .. import _compat
 from ..config import markers
 from ..config.invocation import child_args, files_of, holds_none, keep_only
 from ..config.progress import Progress, plural
@@ -384,16 +385,58 @@ def watching_ctrl_c() -> Iterator[None]:
 ENDING = (signal.SIGTERM, signal.SIGHUP)
 
 
-def ending_as_ctrl_c(config: pytest.Config) -> None:
-    """Until the run ends, SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread, so
-    that the run stops its processes and removes its worktree as on Ctrl-C. Only where the
-    signal's default action is set: a handler of the user's, or an ignored signal, keeps it."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for number in ENDING:
-        if signal.getsignal(number) is signal.SIG_DFL:
-            signal.signal(number, _as_ctrl_c)
-            config.add_cleanup(lambda number=number: signal.signal(number, signal.SIG_DFL))
+class Ending:
+    """While the run lasts, SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread, so
+    that the run stops its processes and removes its worktree as on Ctrl-C; while it removes
+    them (:meth:`defer` to :meth:`restore`), an ending signal is held until it is done, and a
+    second ends it at once (Note [Ending signals]). Only where the signal's default action is
+    set (Python's own for SIGINT): a handler of the user's, or an ignored signal, keeps it."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.held: list[int] = []
+        self.before: dict[int, Any] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for number in (signal.SIGINT, *ENDING):
+            handler = signal.getsignal(number)
+            default = signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL
+            if handler is default:
+                self.before[number] = handler
+        for number in ENDING:
+            if number in self.before:
+                signal.signal(number, _as_ctrl_c)
+
+    def defer(self) -> None:
+        """Hold each ending signal from now on, until :meth:`restore`."""
+        for number in self.before:
+            signal.signal(number, self._hold)
+
+    def _hold(self, number: int, frame: FrameType | None) -> None:
+        if self.held:  # a second signal: the run ends at once
+            self.restore()
+            signal.raise_signal(number)
+            return
+        self.held.append(number)
+        session = self.config.pluginmanager.get_plugin("session")
+        if session is not None:
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
+
+    def restore(self) -> None:
+        """Give each signal its handler back; say so where one was held."""
+        for number, handler in self.before.items():
+            signal.signal(number, handler)
+        self.before = {}
+        if self.held:
+            name = signal.Signals(self.held[0]).name
+            with _compat.uncaptured(self.config):
+                print(
+                    f"hpml: {name} received while the run removed its base worktree: removed "
+                    "first, exit status 2",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            self.held.clear()
 
 
 def _as_ctrl_c(number: int, frame: FrameType | None) -> None:

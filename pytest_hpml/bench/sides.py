@@ -820,8 +820,11 @@ def prepare(config: pytest.Config, chosen: Any, launched: bool) -> None:
         return
     against = Against(config, chosen.against, chosen.against_python, chosen.against_paths)
     config.stash[AGAINST_KEY] = against
+    ending = reruns.Ending(config)
+    # run last first: signals held while the worktree is removed, then given back
+    config.add_cleanup(ending.restore)
     config.add_cleanup(against.remove)
-    reruns.ending_as_ctrl_c(config)  # undone first at the end: a second signal ends at once
+    config.add_cleanup(ending.defer)
     against.watch_imports()
 
 
