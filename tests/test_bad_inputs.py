@@ -440,6 +440,36 @@ CALLS: list[Case] = [
         },
     ),
     Case(
+        "benchmark-an-async-generator",  # its making was timed, as a generator's was
+        ("--hpml-benchmarks", "--hpml-bench-time=0.2"),
+        r"TypeError: benchmark\(squares\) returned an async generator: only its making was "
+        r"timed",
+        FAILED,
+        files={
+            "test_calls.py": "async def squares():\n    for i in range(10):\n        yield i\n\n\n"
+            "def test_calls(benchmark):\n    benchmark(squares)\n"
+        },
+    ),
+    Case(
+        "track-twice",  # the second batch size replaced the first, unsaid
+        ("--hpml-benchmarks",),
+        r"ValueError: track\(\) was called already: give all its arguments in one call",
+        FAILED,
+        files=calling("benchmark.track(batch_size=8)", "benchmark.track(batch_size=16)"),
+    ),
+    Case(
+        "track-a-batch-size-the-mark-gives-otherwise",  # track's won over the mark's, unsaid
+        ("--hpml-benchmarks",),
+        r"ValueError: track\(batch_size=32\): hpml_bench gives batch_size=64; give it in one "
+        r"place",
+        FAILED,
+        files={
+            "test_calls.py": "import pytest\n\n\n@pytest.mark.hpml_bench(batch_size=64)\n"
+            "def test_calls(benchmark):\n    benchmark.track(batch_size=32)\n"
+            "    benchmark(sum, range(100))\n"
+        },
+    ),
+    Case(
         "expect-a-bound-that-is-no-number",  # was a TypeError deep in the work counters
         ("--hpml-benchmarks",),
         r"TypeError: expect\(ops='zero'\): give the most one call may ask for: a finite "

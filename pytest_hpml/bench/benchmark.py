@@ -87,8 +87,13 @@ def _run_work(function: Callable[..., Any], result: Any) -> Any:
     """``result``, unless it is work not yet done: a generator or a coroutine was timed as it
     was made, not as it ran (a TypeError, so that no such time is recorded)."""
     __tracebackhide__ = True  # refuses the test's function (Note [Tracebacks])
-    if inspect.isgenerator(result) or inspect.iscoroutine(result):
-        what = "a generator" if inspect.isgenerator(result) else "a coroutine"
+    kinds = (
+        (inspect.isgenerator, "a generator"),
+        (inspect.iscoroutine, "a coroutine"),
+        (inspect.isasyncgen, "an async generator"),
+    )
+    what = next((name for test, name in kinds if test(result)), None)
+    if what is not None:
         if inspect.iscoroutine(result):
             result.close()  # never awaited: say so here, not in a RuntimeWarning
         name = getattr(function, "__qualname__", repr(function))
@@ -142,6 +147,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         if callgrind is not None:  # as with --benchmark-disable: pedantic runs once, cite() no-op
             self.disabled = True
         self._batch_size = settings.batch_size
+        self._tracked = False  # track() says what one call processes, once
         self._model = None
         self._flops = False
         self._work: dict[str | None, Any] = {}  # the work counted: variant (None) -> counters
@@ -165,14 +171,23 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         """Say what one call processes: adds parameters, FLOPs, throughput and FLOP/s."""
         __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
         metrics.check_flag("track", "flops", flops)
+        if self._tracked:  # the second replaced the first, unsaid
+            raise ValueError("track() was called already: give all its arguments in one call")
         if batch_size is not None:
+            given = metrics.given("track", "batch_size", batch_size)
             if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
-                raise TypeError(f"{metrics.given('track', 'batch_size', batch_size)}: give {BATCH}")
-            self._batch_size = metrics.check_number("track", "batch_size", batch_size, BATCH, 1)
+                raise TypeError(f"{given}: give {BATCH}")
+            batch_size = metrics.check_number("track", "batch_size", batch_size, BATCH, 1)
+            if self._batch_size and batch_size != self._batch_size:  # the mark's lost, unsaid
+                raise ValueError(
+                    f"{given}: hpml_bench gives batch_size={self._batch_size:g}; give it in one "
+                    "place"
+                )
+            self._batch_size = batch_size
         torch = sys.modules.get("torch")  # a module of torch's means torch is imported
         if model is not None and (torch is None or not isinstance(model, torch.nn.Module)):
             raise TypeError(f"{metrics.given('track', 'model', model)}: give a torch.nn.Module")
-        self._model, self._flops = model, flops
+        self._model, self._flops, self._tracked = model, flops, True
         return self
 
     @_may_refuse
