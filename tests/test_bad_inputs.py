@@ -834,6 +834,22 @@ WRITTEN: list[Case] = [
         files={"test_bench.py": BENCH},
     ),
     Case(
+        "xdist-against-the-base",  # ran the tests on the workers, measured no pair, exit 0
+        ("-n", "2", "--hpml-against=HEAD"),
+        r"--hpml-against measures in pairs of processes of its own, which pytest-xdist's "
+        r"workers \(-n 2\) would not run; run it without -n",
+        USAGE,
+        files={"test_bench.py": BENCH},
+    ),
+    Case(
+        "xdist-each-counts-every-benchmark-once-a-worker",  # "2 recorded" for one metric
+        ("-n", "2", "--dist", "each", "--hpml-baseline=update"),
+        r"--dist each runs every benchmark on every worker, and pytest-hpml would count each "
+        r"once a worker",
+        USAGE,
+        files={"test_count.py": COUNT},
+    ),
+    Case(
         "report-into-a-symbolic-link-loop",
         ("--hpml-report=loop/r.json",),
         r"--hpml-report: loop/r.json leads into a symbolic link loop",

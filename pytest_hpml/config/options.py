@@ -901,6 +901,7 @@ def resolve(config: pytest.Config) -> Settings:
     _check_needs(values, sources)
     _check_against(values, sources)
     _check_timing_off(config, values, sources)
+    _check_xdist(config, values, sources)
     for opt in OPTIONS:
         for source in blanks.get(opt.dest, []):
             say(config, f"{source} is blank: treated as unset ({_instead(opt, sources)})")
@@ -986,6 +987,24 @@ def _check_timing_off(
         f"--benchmark-disable times nothing, but {asked}: nothing would be measured; drop "
         "--benchmark-disable (from addopts too), or run without it"
     )
+
+
+def _check_xdist(config: pytest.Config, values: dict[str, Any], sources: dict[str, str]) -> None:
+    """pytest-xdist's workers run the tests: head against base measured no pair there, and
+    ``--dist each`` gave each benchmark once a worker, counted as that many."""
+    workers = getattr(config.option, "numprocesses", None)
+    if not workers or not values["benchmarks"]:
+        return
+    if values["against"]:
+        raise pytest.UsageError(
+            f"{sources['against']} measures in pairs of processes of its own, which pytest-xdist's "
+            f"workers (-n {workers}) would not run; run it without -n"
+        )
+    if getattr(config.option, "dist", "") == "each":
+        raise pytest.UsageError(
+            "--dist each runs every benchmark on every worker, and pytest-hpml would count each "
+            "once a worker; use --dist load (or another mode that runs a test once)"
+        )
 
 
 # Options that mean something only beside another: option -> the one it needs.
