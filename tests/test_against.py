@@ -484,7 +484,21 @@ def test_a_benchmark_failing_on_the_base_side_is_reported_not_failed(repo: Proje
     result = repo.run("--hpml-against=HEAD", *QUICK)
     assert table_verdicts(repo, result)["test_timed"] == "inconclusive"
     result.stdout.fnmatch_lines(
-        ["hpml: failed on the base side, not judged: test_inner.py::test_timed (call: *)"]
+        ["hpml: test_inner.py::test_timed: failed on the base side (call: *), not judged"]
+    )
+    assert result.ret == pytest.ExitCode.OK
+
+
+def test_a_benchmark_skipped_on_the_base_side_says_why(repo: Project) -> None:
+    """It read "0 complete pair(s) of processes: at least 2 are needed", the skip unnamed."""
+    skipped = TESTS.replace("    benchmark(work)\n", "    pytest.skip('not on base')\n", 1)
+    repo.pytester.makepyfile(test_inner="import pytest\n" + skipped)
+    git(repo.path, "commit", "-qam", "a base that skips test_timed")
+    repo.pytester.makepyfile(test_inner=TESTS)
+    result = repo.run("--hpml-against=HEAD", *QUICK)
+    assert table_verdicts(repo, result)["test_timed"] == "inconclusive"
+    result.stdout.fnmatch_lines(
+        ["hpml: test_inner.py::test_timed: skipped on the base side (not on base), not judged"]
     )
     assert result.ret == pytest.ExitCode.OK
 

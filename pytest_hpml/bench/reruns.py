@@ -444,6 +444,18 @@ def _as_ctrl_c(number: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"{signal.Signals(number).name} received")
 
 
+# How a process says a test was skipped there, beside what failed there.
+SKIPPED = "skipped"
+
+
+def on_side(side: str, why: str) -> str:
+    """``why`` a test of ``side`` was not judged, as a reader reads it: skipped or failed."""
+    kind, _, reason = why.partition(": ")
+    if kind == SKIPPED:
+        return f"skipped on the {side} side ({reason})"
+    return f"failed on the {side} side ({why})"
+
+
 def _close(end: int) -> None:
     with contextlib.suppress(OSError):  # closed already
         os.close(end)
@@ -669,9 +681,14 @@ class Rerun:
         self._failed(report, "collection")
 
     def _failed(self, report: pytest.TestReport | pytest.CollectReport, when: str) -> None:
-        if report.failed and report.nodeid not in self.failed:
+        if report.nodeid in self.failed:
+            return
+        if report.failed:
             lines = report.longreprtext.strip().splitlines()
             self.failed[report.nodeid] = f"{when}: {lines[-1] if lines else 'failed'}"
+        elif report.skipped and isinstance(report.longrepr, tuple):  # said as a skip, not judged
+            reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+            self.failed[report.nodeid] = f"{SKIPPED}: {reason}"
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

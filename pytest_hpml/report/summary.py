@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from .. import _compat
+from ..bench import reruns
 from ..bench.metrics import is_sampled, is_work_counter
 from ..config.progress import plural
 from ..verdict import judge, paired, stats
@@ -379,9 +380,7 @@ def _pairs(reporter: Any, verdicts: Verdicts) -> None:
         f"(they took {found.seconds:.1f} s){f'; {stopped}' if stopped else ''}"
     )
     for test, why in sorted(found.failed.get("base", {}).items()):
-        reporter.write_line(
-            f"hpml: failed on the base side, not judged: {test} ({why})", yellow=True
-        )
+        reporter.write_line(f"hpml: {test}: {reruns.on_side('base', why)}, not judged", yellow=True)
     if verdicts.removed:
         reporter.write_line(
             "hpml: removed (only in the base revision): " + ", ".join(verdicts.removed)

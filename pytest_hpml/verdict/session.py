@@ -261,7 +261,7 @@ class Verdicts:
             reason = "only in the working tree: nothing to compare with"
             return stats.Comparison(stats.NEW, current=_current(record), reason=reason)
         if test in failed:
-            reason = f"failed on the base side ({failed[test]}): not judged"
+            reason = f"{reruns.on_side('base', failed[test])}: not judged"
             return stats.Comparison(stats.INCONCLUSIVE, current=_current(record), reason=reason)
         runs = found.runs(test, name)
         return paired.judge_paired(record, runs, result["threshold"], len(self.looks))
