@@ -719,6 +719,33 @@ def test_a_worktree_that_cannot_be_made_is_a_usage_error(repo: Project) -> None:
     assert left_in(Path(tempfile.gettempdir())) == before
 
 
+# A real pytest of the inner project against its HEAD, quickly.
+AGAINST_HEAD = [
+    sys.executable,
+    "-m",
+    "pytest",
+    "-p",
+    "no:cacheprovider",
+    "-q",
+    "--hpml-against=HEAD",
+    *QUICK,
+]
+
+
+def commit_a_waiting_benchmark(repo: Project) -> None:
+    """Commit a test_timed whose measuring processes write their pid and their parent's to
+    child.pid and wait, unless GO_ON is set."""
+    waits = TESTS.replace(
+        "    benchmark(work)\n",
+        "    if os.environ.get('HPML_INTERNAL_RERUN') and not os.environ.get('GO_ON'):\n"
+        "        open('child.pid', 'w').write(f'{os.getpid()} {os.getppid()}')\n"
+        "        import time; time.sleep(600)\n"
+        "    benchmark(work)\n",
+    )
+    repo.pytester.makepyfile(test_inner=waits)
+    git(repo.path, "commit", "-qam", "a benchmark that waits in a measuring process")
+
+
 @pytest.mark.parametrize(
     "number", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda n: n.name
 )
@@ -728,15 +755,7 @@ def test_ctrl_c_while_the_sides_measure_leaves_no_worktree(
     """SIGINT to a real pytest while a base process measures, or SIGTERM (a CI's cancel) or
     SIGHUP (Note [Ending signals]): pytest's exit on Ctrl-C, the process stopped, and the one
     that forked it (Note [Fork server]), and neither the worktree nor a request file left."""
-    waits = TESTS.replace(
-        "    benchmark(work)\n",
-        "    if os.environ.get('HPML_INTERNAL_RERUN'):\n"
-        "        open('child.pid', 'w').write(f'{os.getpid()} {os.getppid()}')\n"
-        "        import time; time.sleep(600)\n"
-        "    benchmark(work)\n",
-    )
-    repo.pytester.makepyfile(test_inner=waits)
-    git(repo.path, "commit", "-qam", "a benchmark that waits in a measuring process")
+    commit_a_waiting_benchmark(repo)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     inner = subprocess.Popen(
@@ -787,16 +806,7 @@ def test_a_signal_while_the_worktree_is_removed_is_held_until_it_is(
         "PATH": f"{wrapper}{os.pathsep}{os.environ['PATH']}",
     }
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--hpml-against=HEAD",
-            *QUICK,
-        ],
+        AGAINST_HEAD,
         cwd=repo.path,
         env=env,
         capture_output=True,
@@ -819,29 +829,12 @@ def test_a_worktree_that_a_killed_run_left_is_removed_by_the_next_run(
 ) -> None:
     """SIGKILL leaves the worktree on disk and registered; the next run removes it and says
     so, and leaves a worktree of another tool alone."""
-    waits = TESTS.replace(
-        "    benchmark(work)\n",
-        "    if os.environ.get('HPML_INTERNAL_RERUN') and not os.environ.get('GO_ON'):\n"
-        "        open('child.pid', 'w').write(f'{os.getpid()} {os.getppid()}')\n"
-        "        import time; time.sleep(600)\n"
-        "    benchmark(work)\n",
-    )
-    repo.pytester.makepyfile(test_inner=waits)
-    git(repo.path, "commit", "-qam", "a benchmark that waits in a measuring process")
+    commit_a_waiting_benchmark(repo)
     other = tmp_path / "another-tools-tree"
     git(repo.path, "worktree", "add", "--detach", "--quiet", str(other), "HEAD")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "--hpml-against=HEAD",
-        *QUICK,
-    ]
+    command = AGAINST_HEAD
     env = {**os.environ, "TMPDIR": str(scratch)}
     inner = subprocess.Popen(
         command, cwd=repo.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

@@ -1130,6 +1130,15 @@ SHOWN: list[Case] = [
         files={"test_bench.py": BENCH, f"baselines/machine-{CRAFTED}.json": OTHER_MACHINE},
     ),
     Case(
+        "another-machines-file-that-is-no-json",  # passed over without a word
+        ("--hpml-benchmarks", "--hpml-bench-time=0.2"),
+        r"hpml: no time baselines for this machine \(.*\): times not judged, counts judged; "
+        r"skipped: baseline file \S*machine-other-000000000000\.json is not valid JSON \(.*\); "
+        r"record this machine's",
+        0,
+        files={"test_bench.py": BENCH, "baselines/machine-other-000000000000.json": "{not json"},
+    ),
+    Case(
         "the-command-given-an-argument-with-controls",
         ("pytest-hpml", "list", f"x{CRAFTED}"),
         rf"{NO_RAW}pytest-hpml: error: unrecognized arguments: x{CRAFTED_SHOWN}",

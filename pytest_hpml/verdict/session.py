@@ -496,16 +496,26 @@ class Verdicts:
         )
         if mine.exists() or not missing:
             return None
-        stored = []
+        stored, unread = [], []
         for path in sorted(self.directory.glob("machine-*.json")):
             try:
                 theirs = fingerprint.Fingerprint.from_dict(baselines.load(path)["fingerprint"])
-            except (baselines.BaselineError, KeyError, TypeError, AttributeError):
+            except baselines.BaselineError as exc:  # said, not passed over
+                unread.append(str(exc).removesuffix(f"; {baselines.FIX}"))  # not ours to fix
+                continue
+            except (KeyError, TypeError, AttributeError):
+                unread.append(f"{path.name} names no machine (no fingerprint)")
                 continue
             stored.append((self.fingerprint.differences(theirs), theirs, path.name))
-        if not stored:
-            return None
         record = "record this machine's with --hpml-baseline=update"
+        skipped = f"; skipped: {'; '.join(unread)}" if unread else ""
+        if not stored:
+            if not unread:
+                return None
+            return (
+                f"no time baselines for this machine ({self.fingerprint.label}, id "
+                f"{self.fingerprint.id}): times not judged, counts judged{skipped}; {record}"
+            )
         same = [(theirs, name) for differences, theirs, name in stored if not differences]
         for theirs, name in same:
             if theirs.instance == self.fingerprint.instance:
@@ -516,14 +526,14 @@ class Verdicts:
         if same:
             return (
                 f"time baselines {same[0][1]} were recorded on another machine of this kind: "
-                f"times not judged, counts judged; {record}"
+                f"times not judged, counts judged; {record}{skipped}"
             )
         differences, _, name = min(stored, key=lambda found: len(found[0]))
         return (
             f"no time baselines for this machine ({self.fingerprint.label}, id "
             f"{self.fingerprint.id}): times not judged, counts judged; {len(stored)} other "
             f"machine(s) stored, the nearest {name}, which differs in {'; '.join(differences)}; "
-            f"{record}, or key baselines your own way (pytest_hpml_fingerprint)"
+            f"{record}, or key baselines your own way (pytest_hpml_fingerprint){skipped}"
         )
 
     def unit(self, test: str, name: str) -> str:
