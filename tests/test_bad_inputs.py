@@ -1139,6 +1139,34 @@ SHOWN: list[Case] = [
         files={"test_bench.py": BENCH, "baselines/machine-other-000000000000.json": "{not json"},
     ),
     Case(
+        "a-portable-file-that-says-another-torch",  # judged as this torch's, unsaid
+        ("--hpml-benchmarks",),
+        r"baseline file \S+portable-torch\d+\.\d+\.json: its name says torch \d+\.\d+, its "
+        r"torch field '1\.0'",
+        FAILED,
+        files={
+            "test_count.py": COUNT,
+            PORTABLE: json.dumps(
+                {
+                    "format": "pytest-hpml-baselines/1",
+                    "torch": "1.0",
+                    "entries": {"test_count.py::test_count": {"n": {"kind": "count", "value": 1}}},
+                }
+            ),
+        },
+    ),
+    Case(
+        "a-time-in-a-portable-file",  # passed over: the time read "no-baseline", unsaid
+        ("--hpml-benchmarks", "--hpml-bench-time=0.2"),
+        r"baseline file \S+portable-torch\d+\.\d+\.json: entries\[\"test_bench.py::test_sum\"\]"
+        r"\[\"time\"\] is a time, which one machine measures; a portable file holds counts only",
+        FAILED,
+        files={  # its count has the file read
+            "test_bench.py": BENCH + '    benchmark.record("n", 1, portable=True)\n',
+            PORTABLE: baseline_file({"test_bench.py::test_sum": {"time": TIME}}),
+        },
+    ),
+    Case(
         "the-command-given-an-argument-with-controls",
         ("pytest-hpml", "list", f"x{CRAFTED}"),
         rf"{NO_RAW}pytest-hpml: error: unrecognized arguments: x{CRAFTED_SHOWN}",

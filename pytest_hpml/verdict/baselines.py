@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
-from ..bench.metrics import kind_of
+from ..bench.metrics import is_sampled, kind_of
 from ..config.options import number, shown
 from ..hardware.fingerprint import Fingerprint
 from ..storage import reader, writer
@@ -66,7 +66,7 @@ def load(path: Path) -> dict[str, Any]:
         raise BaselineError(
             f"baseline file {path} is not a pytest-hpml baseline ({problem}); {FIX}"
         )
-    problem = _machine_problem(path, data)
+    problem = _machine_problem(path, data) or _portable_problem(path, data)
     if problem:
         raise BaselineError(f"baseline file {path}: {problem}")
     return data
@@ -93,6 +93,31 @@ def _machine_problem(path: Path, data: dict[str, Any]) -> str | None:
             f"its name says machine {named.group(1)}, its fingerprint {shown(repr(recorded))}; "
             "rename it after its fingerprint, or delete it and record again"
         )
+    return None
+
+
+_PORTABLE_FILE = re.compile(r"portable-torch(\d+\.\d+)\.json")
+
+
+def _portable_problem(path: Path, data: dict[str, Any]) -> str | None:
+    """Why a portable file cannot be read as its name says: it says another torch, or it
+    holds a time, which is one machine's (Note [Files])."""
+    named = _PORTABLE_FILE.fullmatch(path.name)
+    if named is None:
+        return None
+    recorded = data.get("torch")
+    if recorded is not None and recorded != named.group(1):
+        return (
+            f"its name says torch {named.group(1)}, its torch field {shown(repr(recorded))}; "
+            "rename it after its torch, or delete it and record again"
+        )
+    for test, metrics in data["entries"].items():
+        for name, record in metrics.items():
+            if is_sampled(record):
+                return (
+                    f"{at('entries', test, name)} is a {record.get('kind')}, which one machine "
+                    "measures; a portable file holds counts only: delete that entry"
+                )
     return None
 
 
