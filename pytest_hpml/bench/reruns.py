@@ -413,7 +413,8 @@ class Ending:
             signal.signal(number, self._hold)
 
     def _hold(self, number: int, frame: FrameType | None) -> None:
-        if self.held:  # a second signal: the run ends at once
+        if self.held:  # a second signal: the run ends at once, the worktree not yet removed
+            self.held.clear()  # so restore() does not say it was
             self.restore()
             signal.raise_signal(number)
             return
