@@ -161,7 +161,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     chosen = config.stash[options.SETTINGS_KEY]
     if not chosen.run_slow:
         markers.deselect_slow(config, items)
-    markers.warn_unused_bench_marks(items, chosen.benchmarks)
+    markers.warn_unused_marks(items, chosen.benchmarks)
     if any(uses_hpml(item) for item in items):
         check_selection(config, items)
         header.hardware_checked(config)
@@ -196,7 +196,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Fail a test whose hpml marks are wrong; skip a @pytest.mark.gpu test unless the GPUs it
     asks for are visible."""
-    wrong = markers.problem(item)
+    wrong = markers.problem(item) or (
+        markers.benchmark_problem(item)
+        if item.config.stash[options.SETTINGS_KEY].benchmarks
+        else None
+    )
     if wrong:
         pytest.fail(f"{item.nodeid}: {wrong}", pytrace=False)
     mark = item.get_closest_marker("gpu")

@@ -503,6 +503,25 @@ def test_a_benchmark_skipped_on_the_base_side_says_why(repo: Project) -> None:
     assert result.ret == pytest.ExitCode.OK
 
 
+def test_a_metric_the_base_records_instead_is_new_and_the_other_removed(repo: Project) -> None:
+    """A base whose test records a count where the working tree's times: it read "0 complete
+    pair(s) of processes", and the base's count went unnamed."""
+    counting = TESTS.replace("    benchmark(work)\n", "    benchmark.record('n', 1)\n", 1)
+    repo.pytester.makepyfile(test_inner=counting)
+    git(repo.path, "commit", "-qam", "a base whose test_timed records a count")
+    repo.pytester.makepyfile(test_inner=TESTS)
+    result = repo.run("--hpml-against=HEAD", *QUICK)
+    assert table_verdicts(repo, result)["test_timed"] == "new"
+    result.stdout.fnmatch_lines(
+        [
+            "*test_inner.py::test_timed*new*only in the working tree's test (the base's records "
+            "n): not compared*",
+            "hpml: removed (only in the base revision): test_inner.py::test_timed n*",
+        ]
+    )
+    assert result.ret == pytest.ExitCode.OK
+
+
 def test_a_step_that_waits_off_its_thread_is_judged_on_the_wall_clock(repo: Project) -> None:
     """Sleeping stands for work done elsewhere (a DataLoader's workers, another thread): the
     measuring thread's CPU clock does not see it, so the wall clock judges (Note [Thread

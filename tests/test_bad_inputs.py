@@ -849,6 +849,84 @@ WRITTEN: list[Case] = [
         USAGE,
         files={"test_count.py": COUNT},
     ),
+    # an option typed for a mode that never reads it (Note [Unread options])
+    Case(
+        "processes-without-stored-baselines",  # measured in one process, unsaid
+        ("--hpml-baseline=off", "--hpml-processes=5"),
+        r"ERROR: --hpml-processes=5 is not read with --hpml-baseline=off, which neither reads "
+        r"nor records stored baselines; drop --hpml-processes",
+        USAGE,
+        files={"test_bench.py": BENCH},
+    ),
+    Case(
+        "machine-id-without-stored-baselines",
+        ("--hpml-baseline=off", "--hpml-machine-id=x"),
+        r"ERROR: --hpml-machine-id=x is not read with --hpml-baseline=off",
+        USAGE,
+        files={"test_bench.py": BENCH},
+    ),
+    Case(
+        "record-processes-when-comparing",
+        ("--hpml-record-processes=4",),
+        r"ERROR: --hpml-record-processes=4 is not read with --hpml-baseline=compare \(the "
+        r"default\), which records no baseline",
+        USAGE,
+        files={"test_bench.py": BENCH},
+    ),
+    Case(
+        "baseline-dir-against-the-base",
+        ("--hpml-against=HEAD", "--hpml-baseline-dir=elsewhere"),
+        r"ERROR: --hpml-baseline-dir=elsewhere is not read with --hpml-against=HEAD, which "
+        r"measures in pairs and uses no stored baseline",
+        USAGE,
+        files={"test_bench.py": BENCH},
+    ),
+    Case(
+        "processes-against-the-base",
+        ("--hpml-against=HEAD", "--hpml-processes=5"),
+        r"ERROR: --hpml-processes=5 is not read with --hpml-against=HEAD.*; drop --hpml-processes",
+        USAGE,
+        files={"test_bench.py": BENCH},
+    ),
+    Case(
+        "standing-processes-without-stored-baselines-is-let-be",  # the ini serves other runs
+        ("--hpml-baseline=off", "--hpml-report=r.json"),
+        r"1 passed",
+        0,
+        files={
+            "pytest.ini": "[pytest]\naddopts = --hpml-processes=5\nhpml_machine_id = x\n",
+            "test_count.py": COUNT,
+        },
+        env={"HPML_RECORD_PROCESSES": "2"},
+        made=("r.json",),
+    ),
+    Case(
+        "xdist-instructions",  # counted none, unsaid
+        ("-n", "2", "--hpml-instructions"),
+        r"ERROR: --hpml-instructions=all is not read under pytest-xdist \(-n 2\), whose "
+        r"workers count no instructions; drop --hpml-instructions, or run without -n",
+        USAGE,
+        files={"test_bench.py": BENCH},
+    ),
+    Case(
+        "xdist-threads",
+        ("-n", "2", "--hpml-threads=2"),
+        r"ERROR: --hpml-threads=2 is not read under pytest-xdist \(-n 2\), whose workers time "
+        r"nothing",
+        USAGE,
+        files={"test_bench.py": BENCH},
+    ),
+    Case(
+        "xdist-comparing-a-stored-time-says-it-was-not-measured",
+        ("-n", "2", "--hpml-benchmarks"),
+        r"hpml: times were not measured: under pytest-xdist, pytest-benchmark turns timing off "
+        r".*; nothing was measured",
+        0,
+        files={
+            "test_bench.py": BENCH,
+            MACHINE: baseline_file({"test_bench.py::test_sum": {"time": TIME}}),
+        },
+    ),
     Case(
         "report-into-a-symbolic-link-loop",
         ("--hpml-report=loop/r.json",),

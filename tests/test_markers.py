@@ -280,6 +280,62 @@ def test_an_hpml_bench_mark_on_a_test_that_benchmarks_nothing_is_said(project: P
     )
 
 
+RESTRICTING_MARKS = """
+import pytest
+
+pytestmark = pytest.mark.device("cpu")  # in use: test_on_cpu asks for the device fixture
+
+
+@pytest.mark.precision("fp16")
+def test_no_precision():
+    pass
+
+
+@pytest.mark.device("cuda")
+def test_no_device():
+    pass
+
+
+def test_on_cpu(device):
+    assert device.type == "cpu"
+"""
+
+
+@pytest.mark.parametrize("name", ["precision", "device"])
+def test_a_restricting_mark_on_a_test_without_its_fixture_is_said(
+    project: Project, name: str
+) -> None:
+    """It restricts nothing there; a module's mark whose tests ask for the fixture is in use."""
+    project.write_tests(RESTRICTING_MARKS)
+    result = project.run("-W", "always::pytest.PytestConfigWarning")
+    result.assert_outcomes(passed=3, warnings=2)
+    result.stdout.fnmatch_lines(
+        [
+            f"*PytestConfigWarning: @pytest.mark.{name} on 1 test(s) (test_inner.py::test_no_"
+            f"{name}, ...) has no effect: no test it marks asks for the {name} fixture, whose "
+            "values it restricts"
+        ]
+    )
+
+
+def test_a_benchmark_mark_of_no_rounds_fails_its_test(project: Project) -> None:
+    """pytest-benchmark's marker takes ``min_rounds=0``, which its --benchmark-min-rounds
+    refuses: the test would measure by another rule than the one it wrote."""
+    project.write_tests(
+        "import pytest\n\n\n@pytest.mark.benchmark(min_rounds=0)\n"
+        "def test_rounds(benchmark):\n    benchmark(sum, range(10))\n"
+    )
+    result = project.run()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_inner.py::test_rounds: wrong @pytest.mark.benchmark: min_rounds=0; a whole "
+            "number of at least 1"
+        ]
+    )
+    assert "not used at all" not in result.stdout.str()  # refused before the fixture is made
+
+
 TOLERANCES = """
 import pytest
 import torch

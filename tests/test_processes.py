@@ -163,9 +163,8 @@ def test_processes_share_the_bench_time(project3: Project) -> None:
 
 
 def test_a_benchmark_measured_in_one_process_gets_all_the_bench_time(project3: Project) -> None:
-    project3.bench(
-        "--hpml-baseline=off", "--hpml-processes=3", "--hpml-bench-time=1", "--hpml-report=r.json"
-    )
+    project3.monkeypatch.setenv("HPML_PROCESSES", "3")  # typed, it is refused as unread
+    project3.bench("--hpml-baseline=off", "--hpml-bench-time=1", "--hpml-report=r.json")
     [entry] = json.loads((project3.path / "r.json").read_text())["results"]
     assert entry["metrics"]["time"]["budget"] == 1.0  # not a third of the second
 

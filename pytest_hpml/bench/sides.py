@@ -100,6 +100,14 @@ class Pairs:
             return f"{stopped}; {len(self.hopeless)} more let go earlier: it would not settle them"
         return ""
 
+    def names(self, side: str, test: str) -> set[str]:
+        """The metrics ``side``'s ``test`` measured (or counted) in any pair."""
+        return {
+            name
+            for pair in [*self.measured, self.counted]
+            for name in pair.get(side, {}).get(test, {})
+        }
+
     def runs(self, test: str, name: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         """(head, base) records of one metric, one per pair in which both sides measured it
         (or counted it, under valgrind)."""

@@ -248,6 +248,16 @@ def problem(node: pytest.Function | Any) -> str | None:
     return None
 
 
+def benchmark_problem(node: pytest.Item) -> str | None:
+    """What is wrong with a pytest-benchmark mark that pytest-hpml measures by, or None: its
+    marker takes a ``min_rounds`` that its --benchmark-min-rounds refuses."""
+    mark = node.get_closest_marker("benchmark")
+    rounds = None if mark is None else mark.kwargs.get("min_rounds")
+    if rounds is None or (type(rounds) is int and rounds >= 1):
+        return None
+    return f"wrong @pytest.mark.benchmark: min_rounds={rounds!r}; a whole number of at least 1"
+
+
 def deselect_slow(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Drop tests marked slow, unless ``-m`` names the marker (then the user chose them). A
     test with a wrong mark stays, so that its setup says what is wrong."""
@@ -260,13 +270,14 @@ def deselect_slow(config: pytest.Config, items: list[pytest.Item]) -> None:
         items[:] = [item for item in items if id(item) not in dropped]
 
 
-def warn_unused_bench_marks(items: list[pytest.Item], benchmarks: bool = False) -> None:
-    """Say once which hpml_bench marks mean nothing, rather than let a threshold the user wrote
-    be ignored silently: all of them where benchmarks are pytest-benchmark's (Note [Opting
-    in]), else those on tests that benchmark nothing. A wrong mark is left to fail its test.
-    The warning points at the first such test, not here."""
+def warn_unused_marks(items: list[pytest.Item], benchmarks: bool = False) -> None:
+    """Say once for each hpml mark that means nothing, rather than let what the user wrote be
+    ignored silently: every hpml_bench mark where benchmarks are pytest-benchmark's (Note
+    [Opting in]), and each mark on tests that lack the fixture it sets (hpml_bench on tests
+    that benchmark nothing, precision and device on tests without those fixtures). A wrong
+    mark is left to fail its test. Each warning points at the first such test, not here."""
     if benchmarks:
-        marked = _marking_no_benchmark(items)
+        marked = _marking_none(items, "hpml_bench", "benchmark")
         why = "no test it marks asks for the benchmark fixture, whose measurement it sets"
     else:
         marked = [item for item in items if item.get_closest_marker("hpml_bench")]
@@ -274,11 +285,18 @@ def warn_unused_bench_marks(items: list[pytest.Item], benchmarks: bool = False) 
             "this run's benchmarks are pytest-benchmark's; opt in with hpml_benchmarks = true "
             "in the ini file, --hpml-benchmarks or HPML_BENCHMARKS=1"
         )
+    _warn(marked, "hpml_bench", why)
+    for name in ("precision", "device"):
+        why = f"no test it marks asks for the {name} fixture, whose values it restricts"
+        _warn(_marking_none(items, name, name), name, why)
+
+
+def _warn(marked: list[pytest.Item], name: str, why: str) -> None:
     marked = [item for item in marked if not problem(item)]
     if not marked:
         return
     first = marked[0]
-    said = f"@pytest.mark.hpml_bench on {len(marked)} test(s) ({first.nodeid}, ...) has no "
+    said = f"@pytest.mark.{name} on {len(marked)} test(s) ({first.nodeid}, ...) has no "
     said += f"effect: {why}"
     try:
         warnings.warn_explicit(
@@ -291,17 +309,17 @@ def warn_unused_bench_marks(items: list[pytest.Item], benchmarks: bool = False) 
         raise pytest.UsageError(f"{said}; an error under this run's warning filters") from None
 
 
-def _marking_no_benchmark(items: list[pytest.Item]) -> list[pytest.Item]:
-    """The tests under an hpml_bench mark that marks no benchmark: a mark on a module or class
-    whose benchmarks sit beside plain tests is in use, and not reported."""
+def _marking_none(items: list[pytest.Item], name: str, fixture: str) -> list[pytest.Item]:
+    """The tests under a ``name`` mark that marks no test asking for ``fixture``: a mark on a
+    module or class whose such tests sit beside others is in use, and not reported."""
     marked: dict[str, list[pytest.Item]] = {}  # the node bearing the closest mark -> its tests
     used: set[str] = set()
     for item in items:
-        bearer = next(item.iter_markers_with_node("hpml_bench"), None)
+        bearer = next(item.iter_markers_with_node(name), None)
         if bearer is None:
             continue
         marked.setdefault(bearer[0].nodeid, []).append(item)
-        if is_benchmark(item):
+        if fixture in getattr(item, "fixturenames", ()):
             used.add(bearer[0].nodeid)
     return [test for node, tests in marked.items() if node not in used for test in tests]
 

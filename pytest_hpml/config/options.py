@@ -900,6 +900,7 @@ def resolve(config: pytest.Config) -> Settings:
     _check_off(values, sources)
     _check_needs(values, sources)
     _check_against(values, sources)
+    _check_unread(config, values, sources)
     _check_timing_off(config, values, sources)
     _check_xdist(config, values, sources)
     for opt in OPTIONS:
@@ -1019,6 +1020,58 @@ def _check_needs(values: dict[str, Any], sources: dict[str, str]) -> None:
             raise pytest.UsageError(
                 f"{sources[dest]} applies only with {cli}, which is not given; give {cli}, "
                 f"or {_drop(sources[dest])}"
+            )
+
+
+def typed(config: pytest.Config, source: str) -> bool:
+    """Whether a value was typed on this run's command line, not standing configuration (the
+    ini file, its addopts, PYTEST_ADDOPTS, a CI's environment) that serves other runs too."""
+    args = [str(arg) for arg in config.invocation_params.args]
+    return source.startswith("--") and any(
+        arg == source or arg.startswith(f"{source}=") for arg in args
+    )
+
+
+def _unread(
+    config: pytest.Config, values: dict[str, Any], sources: dict[str, str]
+) -> dict[str, str]:
+    """The options this run's mode never reads, each with the words that say why
+    (Note [Unread options])."""
+
+    def named(dest: str) -> str:
+        if sources[dest] == "default":
+            return f"--hpml-{dest.replace('_', '-')}={values[dest]} (the default)"
+        return given(sources[dest], values[dest])
+
+    unread: dict[str, str] = {}
+    workers = getattr(config.option, "numprocesses", None)
+    if workers:
+        xdist = f"under pytest-xdist (-n {workers}), whose workers"
+        for dest in ("processes", "record_processes", "threads"):
+            unread[dest] = f"{xdist} time nothing"
+        unread["instructions"] = f"{xdist} count no instructions"
+    if values["against"]:
+        why = f"with {named('against')}, which measures in pairs and uses no stored baseline"
+        for dest in ("processes", "record_processes", "baseline_dir", "machine_id"):
+            unread.setdefault(dest, why)
+    elif values["baseline"] == "off":
+        why = f"with {named('baseline')}, which neither reads nor records stored baselines"
+        for dest in ("processes", "record_processes", "baseline_dir", "machine_id"):
+            unread.setdefault(dest, why)
+    elif values["baseline"] == "compare":
+        unread["record_processes"] = f"with {named('baseline')}, which records no baseline"
+    return {dest: why for dest, why in unread.items() if values[dest]}
+
+
+def _check_unread(config: pytest.Config, values: dict[str, Any], sources: dict[str, str]) -> None:
+    """An option typed for this run that its mode never reads would do nothing unsaid; the
+    same value in standing configuration serves other runs, and is let be."""
+    for dest, why in _unread(config, values, sources).items():
+        if typed(config, sources[dest]):
+            other = ", or run without -n" if why.startswith("under pytest-xdist") else ""
+            raise pytest.UsageError(
+                f"{given(sources[dest], values[dest])} is not read {why}; "
+                f"{_drop(sources[dest])}{other}"
             )
 
 

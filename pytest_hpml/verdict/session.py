@@ -203,6 +203,9 @@ class Verdicts:
         on_head = found.collected.get("head")
         if on_base is not None and on_head is not None:
             self.removed = sorted(on_base - on_head)
+        for result in self.results:  # a metric the base's test records and the head's does not
+            gone = found.names("base", result["test"]) - set(result["metrics"])
+            self.removed += [f"{result['test']} {name}" for name in sorted(gone)]
 
     def judge_against(self, result: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
         """Verdicts for ``metrics`` of one test (``result``) on the pairs of processes and
@@ -264,6 +267,11 @@ class Verdicts:
             reason = f"{reruns.on_side('base', failed[test])}: not judged"
             return stats.Comparison(stats.INCONCLUSIVE, current=_current(record), reason=reason)
         runs = found.runs(test, name)
+        on_base_side = found.names("base", test)
+        if not runs and on_base_side and name not in on_base_side:
+            kept = ", ".join(sorted(on_base_side))
+            reason = f"only in the working tree's test (the base's records {kept}): not compared"
+            return stats.Comparison(stats.NEW, current=_current(record), reason=reason)
         return paired.judge_paired(record, runs, result["threshold"], len(self.looks))
 
     def count_instructions(self) -> None:
@@ -627,17 +635,16 @@ def reported(config: pytest.Config) -> Verdicts | None:
     elsewhere."""
     if not is_controller(config):
         return None
-    if reports_asked(config) or _recording_untimed(config):  # say what came of it, always
+    if reports_asked(config) or _untimed(config):  # say what came of it, always
         return verdicts(config)
     found = config.stash.get(VERDICTS_KEY, None)
     return found if found is not None and (found.results or found.errors) else None
 
 
-def _recording_untimed(config: pytest.Config) -> bool:
-    """A run asked to record baselines while pytest-xdist turns timing off: it may record
-    nothing at all, and must say why."""
-    xdist = bool(getattr(config.option, "numprocesses", None))
-    return xdist and settings(config).benchmarks and duty(config).baseline in ("update", "append")
+def _untimed(config: pytest.Config) -> bool:
+    """A run of benchmarks while pytest-xdist turns timing off: it may measure nothing at
+    all, and must say why."""
+    return bool(getattr(config.option, "numprocesses", None)) and settings(config).benchmarks
 
 
 def reports_asked(config: pytest.Config) -> bool:

@@ -320,8 +320,8 @@ def _level(alpha: float) -> str:
 def settled(result: Comparison) -> bool:
     """Whether more pairs of processes could still change ``result`` (Note [Adaptive pairs]):
     not when it is a regression or an improvement, nor a pass whose interval lies within the
-    threshold on both sides."""
-    if result.verdict in (REGRESSED, IMPROVED):
+    threshold on both sides, nor a metric new to the working tree's test."""
+    if result.verdict in (REGRESSED, IMPROVED, NEW):
         return True
     if result.verdict != PASS or result.interval is None or result.threshold is None:
         return False
