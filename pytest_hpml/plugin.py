@@ -52,6 +52,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
     markers.register(config)
     chosen = config.stash[options.SETTINGS_KEY] = options.resolve(config)
+    if role.is_controller(config):
+        options.check_unread(config, chosen)
     config.pluginmanager.register(fixtures, "hpml-fixtures")
     if chosen.benchmarks:  # else pytest-benchmark's fixture is left alone (Note [Opting in])
         config.pluginmanager.register(bench_fixture, "hpml-benchmark")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_hpml.bench.sides import Pairs, Side
+from pytest_hpml.config.role import RERUN_ENV
 from pytest_hpml.verdict import stats
 from tests.conftest import (
     BENCH_TIME,
@@ -135,6 +136,7 @@ def test_progress_lines_say_how_far_the_pairs_got_in_a_log(repo: Project) -> Non
         for line in result.outlines
         if not fnmatch.fnmatch(line, "hpml: * of 2 unsettled at the cap of 2* (* s)")
         and not fnmatch.fnmatch(line, "hpml: pair 1 of 2 done (*)")
+        and not fnmatch.fnmatch(line, "hpml: pair * waits * s for its * process *")
     ]
     pytest.LineMatcher(lines).fnmatch_lines(
         [
@@ -150,6 +152,32 @@ def test_progress_lines_say_how_far_the_pairs_got_in_a_log(repo: Project) -> Non
     assert quiet.ret == pytest.ExitCode.OK, quiet.stdout.str()
     assert "hpml: 2 pair(s) of processes, base and head alternating" in quiet.stdout.str()
     assert [line for line in quiet.outlines if "hpml: measuring" in line or " done (" in line] == []
+
+
+def test_a_wait_for_a_process_of_a_pair_says_what_it_waits_for(repo: Project) -> None:
+    """A base whose benchmark takes long to warm up: a line after 10 s (sides.SPEAK_AFTER)
+    names the pair, the side and the stage; the run went silent for as long before."""
+    mark = repo.path / "slept"  # outside the base worktree, which the run makes elsewhere
+    slow = (
+        "import os\nimport time\n\n\ndef test_timed(benchmark):\n"
+        f"    if os.environ.get('{RERUN_ENV}') and not os.path.exists({str(mark)!r}):\n"
+        f"        open({str(mark)!r}, 'w').close()\n"
+        "        time.sleep(12)  # the first base process only\n"
+        "    benchmark(sum, range(100))\n"
+    )
+    repo.pytester.makepyfile(test_inner=slow)
+    git(repo.path, "commit", "-qam", "a base that sleeps once")
+    repo.pytester.makepyfile(
+        test_inner="def test_timed(benchmark):\n    benchmark(sum, range(100))\n"
+    )
+    result = repo.run_subprocess("--hpml-against=HEAD", *QUICK, TIMES_UNJUDGED)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "hpml: pair 1 waits 1? s for its base process to start, set up or warm up its next "
+            "benchmark"
+        ]
+    )
 
 
 # Sleeps, so timed on the wall clock: the processes whose count on their side (kept in its

@@ -451,6 +451,17 @@ CALLS: list[Case] = [
         },
     ),
     Case(
+        "benchmark-a-coroutine-is-refused-at-its-first-call",  # then 3 "never awaited" warnings
+        ("--hpml-benchmarks", "--hpml-bench-time=0.2"),
+        r"(?s)TypeError: benchmark\(co\) returned a coroutine: only its making was timed.*"
+        r"=+ 1 failed in [0-9.]+s =+",
+        FAILED,
+        files={
+            "test_calls.py": "async def co():\n    return 1\n\n\n"
+            "def test_calls(benchmark):\n    benchmark(co)\n"
+        },
+    ),
+    Case(
         "track-twice",  # the second batch size replaced the first, unsaid
         ("--hpml-benchmarks",),
         r"ValueError: track\(\) was called already: give all its arguments in one call",
@@ -949,6 +960,15 @@ WRITTEN: list[Case] = [
         r"hpml: ERROR the baseline directory \S+/baselines is a file, not a directory",
         FAILED,
         files={"test_count.py": COUNT, "baselines": "not a directory"},
+    ),
+    Case(
+        "baseline-directory-a-link-to-a-file-said-once",  # once for each file it should hold
+        ("--hpml-benchmarks",),
+        r"(?s)hpml: ERROR the baseline directory \S+/baselines is a file, not a directory\n"
+        r"=+ 1 passed, 1 hpml error in",
+        FAILED,
+        files={"test_count.py": COUNT, "notes.txt": "x"},
+        links={"baselines": "notes.txt"},
     ),
     Case(
         "render-onto-its-own-report",

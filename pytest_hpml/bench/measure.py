@@ -127,6 +127,8 @@ class Plan:
     warmup_rounds: int | None = None
     device: Any = None  # where peak memory is measured
     after_warmup: Callable[[], None] = lambda: None  # e.g. a snapshot of dynamo's counters
+    # the first warm-up call's result, checked before more calls (a coroutine refused at once)
+    first_result: Callable[[Any], Any] = lambda result: result
     # after the warm-up, before the calibration and the rounds: a rerun process of a pair waits
     # for its turn (reruns.Turn); the first call and the warm-up need none (Note [Cheaper
     # processes])
@@ -168,7 +170,10 @@ def _warm_up(
         if not fixed and (_settled(history) or plan.timer() > deadline):
             break
         for name, fn in targets.items():
-            history[name].append(_timed(plan, fn, 1)[0])
+            elapsed, result = _timed(plan, fn, 1)
+            if not history[name]:
+                plan.first_result(result)
+            history[name].append(elapsed)
             series[name].warmup_calls += 1
     return history
 

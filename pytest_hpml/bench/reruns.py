@@ -18,6 +18,7 @@ killed in the instant between the answer and its reading leaves that one file be
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -276,12 +277,18 @@ class Turn:
         if self.ended:
             _stop(child)
 
-    def said(self, ended: Callable[[], bool]) -> bytes:
+    def said(
+        self, ended: Callable[[], bool], waiting: Callable[[float], None] | None = None
+    ) -> bytes:
         """What the process says next: :data:`READY`, :data:`MEASURED`, or ``b""`` once it
-        has ended (``ended()``, or the end of the pipe) without saying more."""
+        has ended (``ended()``, or the end of the pipe) without saying more. ``waiting`` is
+        told, about every tenth of a second, how many seconds this wait has lasted."""
         import select  # here: only the controller of a pair needs it
 
+        start = time.monotonic()
         while True:
+            if waiting is not None:
+                waiting(time.monotonic() - start)
             if _CTRL_C:  # seen, and its KeyboardInterrupt swallowed (Note [Swallowed Ctrl-C])
                 raise KeyboardInterrupt
             over = ended()  # read before looking: a byte written before the end is still seen
@@ -326,27 +333,38 @@ SLICE = 0.01  # seconds a process of a pair measures before the other measures a
 NEXT = b"\xff"  # the controller's word after MEASURED; before a slice, the CPU's index
 
 
-def take_turns(order: Sequence[Turn], running: Sequence[Any], first_cpu: int = 0) -> None:
+def take_turns(
+    order: Sequence[Turn],
+    running: Sequence[Any],
+    first_cpu: int = 0,
+    waiting: Callable[[int, bool, float], None] | None = None,
+) -> None:
     """Let the processes of a pair (``running``: their futures, which are done once they
     ended) measure each benchmark in turns, in ``order``, a slice each until each has
     measured all of it, both on one CPU (Note [Slices]): the ``first_cpu``-th of those they
     may use for the first benchmark, the next for the next. Then they go on to the next side
-    by side, until every one has ended (Note [Cheaper processes])."""
-    said = [turn.said(process.done) for turn, process in zip(order, running)]
+    by side, until every one has ended (Note [Cheaper processes]). ``waiting`` is told which
+    process is awaited, whether in a slice of its measuring, and for how many seconds."""
+
+    def said(index: int, measuring: bool = False) -> bytes:
+        told = None if waiting is None else functools.partial(waiting, index, measuring)
+        return order[index].said(running[index].done, told)
+
+    words = [said(index) for index in range(len(order))]
     cpu = first_cpu
-    while READY in said:
-        measuring = [i for i, word in enumerate(said) if word == READY]
+    while READY in words:
+        measuring = [i for i, word in enumerate(words) if word == READY]
         while measuring:  # a slice each, in order, until each has measured all of its turn
             for index in measuring:
                 order[index].go(cpu)
-                said[index] = order[index].said(running[index].done)
-            measuring = [i for i in measuring if said[i] == SLICED]  # not MEASURED, not ended
+                words[index] = said(index, measuring=True)
+            measuring = [i for i in measuring if words[i] == SLICED]  # not MEASURED, not ended
         cpu += 1
-        waiting = [i for i, word in enumerate(said) if word == MEASURED]
-        for index in waiting:
+        measured = [i for i, word in enumerate(words) if word == MEASURED]
+        for index in measured:
             order[index].go()
-        for index in waiting:
-            said[index] = order[index].said(running[index].done)
+        for index in measured:
+            words[index] = said(index)
 
 
 # The Ctrl-Cs seen while :func:`watching_ctrl_c` watches (Note [Swallowed Ctrl-C]).

@@ -39,6 +39,7 @@ BASE, HEAD = "base", "head"
 GIT_TIMEOUT = 300.0  # seconds a git command may take (a worktree of a large repository)
 CHECK_TIMEOUT = 300.0  # seconds the base interpreter may take to import torch and the plugin
 SPEAK_AFTER = 10.0  # seconds of waiting for it after which a line says what is awaited
+SPEAK_EVERY = 30.0  # seconds from one such line to the next while the wait goes on
 # Pairs that count the work (the others only time): two processes a side show a count that
 # varies with the input (Note [Torch state]).
 COUNTED_PAIRS = 2
@@ -248,7 +249,8 @@ class Against:
                     started = early or self._start(
                         found, order, measuring, window(len(measuring)), counts
                     )
-                    pair = self._finish(found, started, before if index == 0 else None)
+                    waited = _Waited(progress, index + 1, started.order)
+                    pair = self._finish(found, started, before if index == 0 else None, waited)
                 except KeyboardInterrupt:
                     progress.close()  # its line ended before pytest says where Ctrl-C hit
                     found.notes.append(f"pair {index + 1} of {cap} not completed (interrupted)")
@@ -419,14 +421,19 @@ class Against:
         return forkserver.Server(modules, first, env)
 
     def _finish(
-        self, found: Pairs, started: _Started, before: Callable[[], None] | None = None
+        self,
+        found: Pairs,
+        started: _Started,
+        before: Callable[[], None] | None = None,
+        waited: Callable[[int, bool, float], None] | None = None,
     ) -> dict[str, dict[str, dict[str, Any]]]:
         """Let the processes of ``started`` measure in turns (after ``before``, if given) until
-        both ended; what each side measured, by test id and metric. Ctrl-C stops both."""
+        both ended; what each side measured, by test id and metric; ``waited`` is told of each
+        wait for one of them. Ctrl-C stops both."""
         try:
             if before is not None:
                 before()
-            reruns.take_turns(started.turns, started.running, started.first_cpu)
+            reruns.take_turns(started.turns, started.running, started.first_cpu, waited)
             return {
                 side.name: _take(found, side, *process.result())
                 for side, process in zip(started.order, started.running)
@@ -436,6 +443,34 @@ class Against:
             raise
         finally:
             started.close()
+
+
+class _Waited:
+    """Says what a pair waits for once one wait has lasted :data:`SPEAK_AFTER` seconds, and
+    again every :data:`SPEAK_EVERY` seconds it goes on: a base whose benchmark never returns
+    is awaited as long as pytest would await it, but not in silence. No wait is cut short:
+    a benchmark's set-up and warm-up (a compiled model) may take minutes."""
+
+    def __init__(self, progress: Progress, pair: int, order: Sequence[Side]) -> None:
+        self.progress, self.pair, self.order = progress, pair, order
+        self.due, self.last = SPEAK_AFTER, 0.0
+
+    def __call__(self, index: int, measuring: bool, seconds: float) -> None:
+        if seconds < self.last:  # a new wait
+            self.due = SPEAK_AFTER
+        self.last = seconds
+        if seconds < self.due:
+            return
+        self.due = seconds + SPEAK_EVERY
+        side, waits = self.order[index].name, f"pair {self.pair} waits {seconds:.0f} s"
+        if measuring:
+            said = (
+                f"{waits} for its {side} process to end a slice of its measuring ({reruns.SLICE} "
+                "s as a rule): a call of its benchmark lasts that long, or never ends"
+            )
+        else:
+            said = f"{waits} for its {side} process to start, set up or warm up its next benchmark"
+        self.progress.say(said)
 
 
 @dataclass

@@ -900,7 +900,6 @@ def resolve(config: pytest.Config) -> Settings:
     _check_off(values, sources)
     _check_needs(values, sources)
     _check_against(values, sources)
-    _check_unread(config, values, sources)
     _check_timing_off(config, values, sources)
     _check_xdist(config, values, sources)
     for opt in OPTIONS:
@@ -1063,9 +1062,11 @@ def _unread(
     return {dest: why for dest, why in unread.items() if values[dest]}
 
 
-def _check_unread(config: pytest.Config, values: dict[str, Any], sources: dict[str, str]) -> None:
+def check_unread(config: pytest.Config, chosen: Settings) -> None:
     """An option typed for this run that its mode never reads would do nothing unsaid; the
-    same value in standing configuration serves other runs, and is let be."""
+    same value in standing configuration serves other runs, and is let be. Asked in the
+    user's own process: the processes pytest-hpml starts are given options of their own."""
+    values, sources = chosen._asdict(), chosen.sources
     for dest, why in _unread(config, values, sources).items():
         if typed(config, sources[dest]):
             other = ", or run without -n" if why.startswith("under pytest-xdist") else ""

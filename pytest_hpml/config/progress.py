@@ -99,6 +99,18 @@ class Progress:
                 self._printed, self._printed_at = self._done, now
                 self._write(f"hpml: {self.step_line(now)}")
 
+    def say(self, text: str) -> None:
+        """What the stage waits for now: the live line shows it (until the next step's note),
+        a log gets it as a plain line."""
+        with self._lock:
+            if self.reporter is None or self._started is None or self._closed:
+                return
+            if self.live:
+                self._note = text
+                self._rewrite(self.line(self._clock()))
+            else:
+                self._write(f"hpml: {text}")
+
     def close(self, said: str | None = None) -> None:
         """End the stage: the live line completed, its clock stopped; safe to call twice.
         ``said`` says why a stage ended before its last step (``every verdict settled after 3

@@ -123,7 +123,8 @@ class Verdicts:
                 self._files[path] = baselines.load(path)
             except baselines.BaselineError as exc:
                 self._files[path] = None
-                self.errors.append(str(exc))
+                if str(exc) not in self.errors:  # a directory's problem is every file's in it
+                    self.errors.append(str(exc))
             else:
                 said = baselines.unusable(self._files[path])
                 self.errors.extend(f"baseline file {path}: {problem}" for problem in said)
