@@ -871,6 +871,41 @@ def test_a_signal_while_the_worktree_is_removed_is_held_until_it_is(
     assert worktrees(repo.path) == [str(repo.path)]
 
 
+# A signal to the run itself in pytest's own clean-up, after every plugin's unconfigure.
+SIGNALS_THE_CLEAN_UP = f"""
+import os
+import signal
+
+
+def pytest_unconfigure(config):
+    if not os.environ.get("{RERUN_ENV}"):
+        config.add_cleanup(lambda: os.kill(os.getpid(), signal.SIGHUP))
+"""
+
+
+def test_a_signal_in_pytests_own_clean_up_takes_its_default_action(
+    repo: Project, tmp_path: Path
+) -> None:
+    """The handlers stayed until a clean-up of pytest-hpml's, which may come after pytest's:
+    a SIGHUP there, after the summary, ended in a KeyboardInterrupt traceback."""
+    repo.pytester.makeconftest(SIGNALS_THE_CLEAN_UP)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    done = subprocess.run(
+        [*AGAINST_HEAD, TIMES_UNJUDGED],
+        cwd=repo.path,
+        env={**os.environ, "TMPDIR": str(scratch)},
+        capture_output=True,
+        text=True,
+        preexec_fn=interruptible,
+        timeout=300,
+    )
+    assert done.returncode == -signal.SIGHUP, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert left_in(scratch) == []
+    assert worktrees(repo.path) == [str(repo.path)]
+
+
 def test_a_worktree_that_a_killed_run_left_is_removed_by_the_next_run(
     repo: Project, tmp_path: Path
 ) -> None:

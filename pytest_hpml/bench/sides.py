@@ -864,11 +864,34 @@ def prepare(config: pytest.Config, chosen: Any, launched: bool) -> None:
     against = Against(config, chosen.against, chosen.against_python, chosen.against_paths)
     config.stash[AGAINST_KEY] = against
     ending = reruns.Ending(config)
-    # run last first: signals held while the worktree is removed, then given back
-    config.add_cleanup(ending.restore)
-    config.add_cleanup(against.remove)
-    config.add_cleanup(ending.defer)
+    finished: list[bool] = []
+
+    def finish() -> None:
+        """Signals held while the worktree is removed, then given back: before pytest's own
+        clean-up, where a signal raised as Ctrl-C would end in a traceback. Once."""
+        if finished:
+            return
+        finished.append(True)
+        ending.defer()
+        try:
+            against.remove()
+        finally:
+            ending.restore()
+
+    config.pluginmanager.register(_Finish(finish), "hpml-against-finish")
+    config.add_cleanup(finish)  # where pytest_unconfigure never comes
     against.watch_imports()
+
+
+class _Finish:
+    """Ends head against base as the run is unconfigured, after every other plugin."""
+
+    def __init__(self, finish: Callable[[], None]) -> None:
+        self.finish = finish
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.finish()
 
 
 def rank_forker(config: pytest.Config) -> Any:
