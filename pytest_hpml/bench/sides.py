@@ -863,35 +863,33 @@ def prepare(config: pytest.Config, chosen: Any, launched: bool) -> None:
         return
     against = Against(config, chosen.against, chosen.against_python, chosen.against_paths)
     config.stash[AGAINST_KEY] = against
-    ending = reruns.Ending(config)
-    finished: list[bool] = []
-
-    def finish() -> None:
-        """Signals held while the worktree is removed, then given back: before pytest's own
-        clean-up, where a signal raised as Ctrl-C would end in a traceback. Once."""
-        if finished:
-            return
-        finished.append(True)
-        ending.defer()
-        try:
-            against.remove()
-        finally:
-            ending.restore()
-
-    config.pluginmanager.register(_Finish(finish), "hpml-against-finish")
+    finish = _Finish(reruns.Ending(config), against)
+    config.pluginmanager.register(finish, "hpml-against-finish")
     config.add_cleanup(finish)  # where pytest_unconfigure never comes
     against.watch_imports()
 
 
 class _Finish:
-    """Ends head against base as the run is unconfigured, after every other plugin."""
+    """Ends head against base once, as the run is unconfigured after every other plugin and
+    before pytest's own clean-up, where a signal raised as Ctrl-C would end in a traceback:
+    signals held while the worktree is removed, then given back."""
 
-    def __init__(self, finish: Callable[[], None]) -> None:
-        self.finish = finish
+    def __init__(self, ending: reruns.Ending, against: Against) -> None:
+        self.ending, self.against, self.done = ending, against, False
+
+    def __call__(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.ending.defer()
+        try:
+            self.against.remove()
+        finally:
+            self.ending.restore()
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        self.finish()
+        self()
 
 
 def rank_forker(config: pytest.Config) -> Any:

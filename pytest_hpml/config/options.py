@@ -1015,7 +1015,7 @@ def _check_needs(values: dict[str, Any], sources: dict[str, str]) -> None:
     """An option given for this run without the option it works with would be ignored."""
     for dest, needed in NEEDS.items():
         if explicit(sources[dest]) and not values[needed]:
-            cli = next(opt.cli for opt in OPTIONS if opt.dest == needed)
+            cli = _cli(needed)
             raise pytest.UsageError(
                 f"{sources[dest]} applies only with {cli}, which is not given; give {cli}, "
                 f"or {_drop(sources[dest])}"
@@ -1031,35 +1031,44 @@ def typed(config: pytest.Config, source: str) -> bool:
     )
 
 
+def _cli(dest: str) -> str:
+    """The command-line flag of the option kept in ``dest``."""
+    return next(opt.cli for opt in OPTIONS if opt.dest == dest)
+
+
+# Options that only stored baselines read: their processes, directory and machine.
+STORED_ONLY = ("processes", "record_processes", "baseline_dir", "machine_id")
+
+
 def _unread(
     config: pytest.Config, values: dict[str, Any], sources: dict[str, str]
-) -> dict[str, str]:
-    """The options this run's mode never reads, each with the words that say why
+) -> dict[str, tuple[str, str]]:
+    """The options this run's mode never reads: (why, in words; what else to do, if any)
     (Note [Unread options])."""
 
     def named(dest: str) -> str:
         if sources[dest] == "default":
-            return f"--hpml-{dest.replace('_', '-')}={values[dest]} (the default)"
+            return f"{_cli(dest)}={values[dest]} (the default)"
         return given(sources[dest], values[dest])
 
-    unread: dict[str, str] = {}
+    unread: dict[str, tuple[str, str]] = {}
     workers = getattr(config.option, "numprocesses", None)
     if workers:
         xdist = f"under pytest-xdist (-n {workers}), whose workers"
         for dest in ("processes", "record_processes", "threads"):
-            unread[dest] = f"{xdist} time nothing"
-        unread["instructions"] = f"{xdist} count no instructions"
+            unread[dest] = (f"{xdist} time nothing", ", or run without -n")
+        unread["instructions"] = (f"{xdist} count no instructions", ", or run without -n")
     if values["against"]:
         why = f"with {named('against')}, which measures in pairs and uses no stored baseline"
-        for dest in ("processes", "record_processes", "baseline_dir", "machine_id"):
-            unread.setdefault(dest, why)
     elif values["baseline"] == "off":
         why = f"with {named('baseline')}, which neither reads nor records stored baselines"
-        for dest in ("processes", "record_processes", "baseline_dir", "machine_id"):
-            unread.setdefault(dest, why)
-    elif values["baseline"] == "compare":
-        unread["record_processes"] = f"with {named('baseline')}, which records no baseline"
-    return {dest: why for dest, why in unread.items() if values[dest]}
+    else:
+        why = ""
+    for dest in STORED_ONLY if why else ():
+        unread.setdefault(dest, (why, ""))
+    if not why and values["baseline"] == "compare":
+        unread["record_processes"] = (f"with {named('baseline')}, which records no baseline", "")
+    return {dest: said for dest, said in unread.items() if values[dest]}
 
 
 def check_unread(config: pytest.Config, chosen: Settings) -> None:
@@ -1067,9 +1076,8 @@ def check_unread(config: pytest.Config, chosen: Settings) -> None:
     same value in standing configuration serves other runs, and is let be. Asked in the
     user's own process: the processes pytest-hpml starts are given options of their own."""
     values, sources = chosen._asdict(), chosen.sources
-    for dest, why in _unread(config, values, sources).items():
+    for dest, (why, other) in _unread(config, values, sources).items():
         if typed(config, sources[dest]):
-            other = ", or run without -n" if why.startswith("under pytest-xdist") else ""
             raise pytest.UsageError(
                 f"{given(sources[dest], values[dest])} is not read {why}; "
                 f"{_drop(sources[dest])}{other}"

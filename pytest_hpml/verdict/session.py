@@ -268,8 +268,8 @@ class Verdicts:
             reason = f"{reruns.on_side('base', failed[test])}: not judged"
             return stats.Comparison(stats.INCONCLUSIVE, current=_current(record), reason=reason)
         runs = found.runs(test, name)
-        on_base_side = found.names("base", test)
-        if not runs and on_base_side and name not in on_base_side:
+        on_base_side = set() if runs else found.names("base", test)
+        if on_base_side and name not in on_base_side:
             kept = ", ".join(sorted(on_base_side))
             reason = f"only in the working tree's test (the base's records {kept}): not compared"
             return stats.Comparison(stats.NEW, current=_current(record), reason=reason)
