@@ -10,7 +10,7 @@ module is light (the fixture modules import it at start-up): torch, pytest-bench
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import pytest
 
@@ -20,8 +20,8 @@ PYTEST_BENCHMARK = ((4, 0), (6, 0))  # supported: >= first, < second
 PYTEST = ((8, 0), (10, 0))
 
 
-class UnsupportedVersion(pytest.UsageError):
-    """A dependency's version lacks a private API pytest-hpml needs."""
+# A dependency's version lacks a private API pytest-hpml needs (pytest marks UsageError final).
+UnsupportedVersion = pytest.UsageError
 
 
 def _version(distribution: str) -> str:
@@ -155,7 +155,9 @@ def share_state(target: Any, fixture: Any) -> None:
 
 
 def timer(fixture: Any) -> Callable[[], float]:
-    return _require(fixture, "_timer", "pytest-benchmark", PYTEST_BENCHMARK)
+    return cast(
+        "Callable[[], float]", _require(fixture, "_timer", "pytest-benchmark", PYTEST_BENCHMARK)
+    )
 
 
 def set_timer(fixture: Any, clock: Callable[[], float]) -> None:
@@ -163,16 +165,16 @@ def set_timer(fixture: Any, clock: Callable[[], float]) -> None:
 
 
 def min_rounds(fixture: Any) -> int:
-    return _require(fixture, "_min_rounds", "pytest-benchmark", PYTEST_BENCHMARK)
+    return cast(int, _require(fixture, "_min_rounds", "pytest-benchmark", PYTEST_BENCHMARK))
 
 
 def disable_gc(fixture: Any) -> bool:
-    return _require(fixture, "_disable_gc", "pytest-benchmark", PYTEST_BENCHMARK)
+    return cast(bool, _require(fixture, "_disable_gc", "pytest-benchmark", PYTEST_BENCHMARK))
 
 
 def mode(fixture: Any) -> str | None:
     """How the fixture was used (``benchmark(...)``, ``pedantic(...)``), None if not yet."""
-    return _require(fixture, "_mode", "pytest-benchmark", PYTEST_BENCHMARK)
+    return cast("str | None", _require(fixture, "_mode", "pytest-benchmark", PYTEST_BENCHMARK))
 
 
 def set_mode(fixture: Any, value: str) -> None:
@@ -195,7 +197,7 @@ def round_target(fixture: Any) -> float:
     minimum = _require(fixture, "_min_time", "pytest-benchmark", PYTEST_BENCHMARK)
     precision = _require(fixture, "_get_precision", "pytest-benchmark", PYTEST_BENCHMARK)
     calibration = _require(fixture, "_calibration_precision", "pytest-benchmark", PYTEST_BENCHMARK)
-    return max(minimum, precision(timer(fixture)) * calibration)
+    return float(max(minimum, precision(timer(fixture)) * calibration))
 
 
 def calibrated_iterations(fixture: Any, function: Callable[[], Any]) -> int:
@@ -204,7 +206,7 @@ def calibrated_iterations(fixture: Any, function: Callable[[], Any]) -> int:
     runner = _require(fixture, "_make_runner", "pytest-benchmark", PYTEST_BENCHMARK)
     calibrate = _require(fixture, "_calibrate_timer", "pytest-benchmark", PYTEST_BENCHMARK)
     _, iterations, _ = calibrate(runner(function, (), {}))
-    return iterations
+    return int(iterations)
 
 
 def log(fixture: Any, message: str) -> None:
@@ -250,7 +252,7 @@ def dispatch_mode_class() -> type:
         raise UnsupportedVersion(
             _unsupported("torch", TORCH, "torch.utils._python_dispatch.TorchDispatchMode")
         ) from None
-    return TorchDispatchMode
+    return cast(type, TorchDispatchMode)
 
 
 def unguarded_dispatch_mode(mode_class: type, dispatch: Callable[..., Any]) -> type:
@@ -361,10 +363,15 @@ def _torch_version_file() -> tuple[str, str | None]:
     import importlib.util
     from pathlib import Path
 
-    [location] = importlib.util.find_spec("torch").submodule_search_locations
+    found = importlib.util.find_spec("torch")
+    if found is None or not found.submodule_search_locations:
+        raise ModuleNotFoundError("No module named 'torch'", name="torch")
+    [location] = found.submodule_search_locations
     spec = importlib.util.spec_from_file_location(
         "_pytest_hpml_torch_version", Path(location, "version.py")
     )
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError(f"torch has no version.py in {location}", name="torch.version")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     version, cuda = module.__version__, module.cuda

@@ -104,11 +104,12 @@ def pytest_configure(config: pytest.Config) -> None:
         slice=rerun.slice if rerun is not None else 0.0,
         paired=rerun is not None and rerun.paired,
     )
-    if role.launch(config) is not None:  # one of several ranks
+    launched = role.launch(config)
+    if launched is not None:  # one of several ranks
         from .distributed.rank import Rank
 
-        config.pluginmanager.register(Rank(config, role.launch(config)), "hpml-rank")
-    if role.role(config) is role.Role.XDIST_WORKER or getattr(config.option, "numprocesses", 0):
+        config.pluginmanager.register(Rank(config, launched), "hpml-rank")
+    if role.role(config) is role.Role.XDIST_WORKER or getattr(config.option, "numprocesses", None):
         from .hardware import gpus
 
         gpus.take_slice(config)  # an xdist worker sees only its GPUs, before CUDA starts here
@@ -285,7 +286,7 @@ class Collector:
         from .bench.fixture import PROPERTY
 
         for name, value in report.user_properties:
-            if name == PROPERTY:
+            if name == PROPERTY and isinstance(value, dict):
                 from .verdict.session import verdicts
 
                 verdicts(self.config).collect(value)
@@ -312,7 +313,7 @@ class Collector:
         if (
             judged is None
             and chosen.benchmarks
-            and getattr(session.config.option, "numprocesses", 0)
+            and getattr(session.config.option, "numprocesses", None)
         ):
             from .verdict import session as judged  # it may say why nothing was recorded
         found = None if judged is None else judged.reported(self.config)

@@ -78,7 +78,7 @@ def test_ci_runs_the_readmes_test_command() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     run = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     commands = [line for line in run if line and not line.startswith(("#", "set ", "cd "))]
-    assert commands == ["python3 -m pip install tox && python3 -m tox -e docs,build,tests"]
+    assert commands == ["python3 -m pip install tox && python3 -m tox -e lint,docs,build,tests"]
     quickstart = readme.index("## Quickstart")
     first = readme.index("```bash", quickstart)  # the Quickstart's first command is CI's
     assert readme[first + 1] == commands[0]

@@ -18,7 +18,7 @@ from typing import Any, Callable, TypeVar, cast
 
 from .. import _compat
 from ..config.markers import BenchSettings
-from ..config.options import usable_cpus
+from ..config.options import shown, usable_cpus
 from ..hardware.torch_state import observed
 from . import cores as cores_free
 from . import metrics
@@ -98,7 +98,7 @@ def _run_work(function: Callable[..., Any], result: Any) -> Any:
             result.close()  # never awaited: say so here, not in a RuntimeWarning
         name = getattr(function, "__qualname__", repr(function))
         raise TypeError(
-            f"benchmark({metrics.shown(name)}) returned {what}: only its making was timed, not "
+            f"benchmark({shown(name)}) returned {what}: only its making was timed, not "
             "its work; benchmark a function that runs it (lambda: list(gen()) or "
             "asyncio.run(coro()))"
         )
@@ -115,6 +115,32 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
     :meth:`variants` (named callables measured interleaved, with speed-ups) and :meth:`record`
     (any deterministic metric). What is measured is kept in ``metrics`` for the baselines.
     """
+
+    _plan: Plan
+    _settings: BenchSettings
+    _state: Any  # hardware.torch_state.TorchState: threads and seed (None: none)
+    _late: Callable[[], dict[str, Any]] | None  # the plan's torch parts, for a late torch
+    state: dict[str, Any]  # torch's state while the rounds ran
+    _count_disabled: bool  # under xdist timing is off, but counts need no quiet cores
+    _counts: bool  # off: another process counts them (they are the same in all)
+    _callgrind: Any  # under valgrind: instructions counted, nothing timed
+    _peaks: Any  # fixture.Peaks: how the device's peak is found, for mfu
+    _batch_size: int | None
+    _tracked: bool  # track() says what one call processes, once
+    _model: Any
+    _flops: bool
+    _work: dict[str | None, Any]  # the work counted: variant (None) -> counters
+    _counted: bool  # whether the work was counted (or could not be)
+    work_seconds: float  # what counting it took
+    instruction_seconds: float  # what counting its instructions took, under valgrind
+    uncounted: dict[str, str]  # instruction metric -> why it was not counted
+    no_peak: str | None  # why a step with FLOPs has no mfu (Note [MFU])
+    _expected: dict[str | None, dict[str, float]]  # variant -> bounds
+    accepted: dict[str, dict[str, str]]  # metric -> change and reason
+    metrics: dict[str, dict[str, Any]]  # metric -> record
+    _recorded: set[str]  # the metrics the test recorded (record())
+    _refused: bool  # whether a call of the test's failed (_may_refuse)
+    superseded: list[str]
 
     @classmethod
     def adopt(
@@ -134,33 +160,28 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         still finds a ``BenchmarkFixture`` whose stats and flags are the ones it made)."""
         self = cls.__new__(cls)
         _compat.share_state(self, fixture)
-        self._plan = plan
-        self._settings = settings
-        self._state = state  # hardware.torch_state.TorchState: threads and seed (None: none)
-        self._late = late  # the plan's torch parts, for a test that imported torch itself
-        self.state: dict[str, Any] = {}  # torch's state while the rounds ran
+        self._plan, self._settings, self._state, self._late = plan, settings, state, late
+        self.state = {}
         # under xdist timing is off, but counts need no quiet cores (Note [Work counters])
         self._count_disabled = count_disabled
-        self._counts = counts  # off: another process counts them (they are the same in all)
-        self._callgrind = callgrind  # under valgrind: instructions counted, nothing timed
-        self._peaks = peaks  # fixture.Peaks: how the device's peak is found, for mfu
+        self._counts, self._callgrind, self._peaks = counts, callgrind, peaks
         if callgrind is not None:  # as with --benchmark-disable: pedantic runs once, cite() no-op
             self.disabled = True
         self._batch_size = settings.batch_size
-        self._tracked = False  # track() says what one call processes, once
+        self._tracked = False
         self._model = None
         self._flops = False
-        self._work: dict[str | None, Any] = {}  # the work counted: variant (None) -> counters
-        self._counted = False  # whether the work was counted (or could not be)
-        self.work_seconds = 0.0  # what counting it took
-        self.instruction_seconds = 0.0  # what counting its instructions took, under valgrind
-        self.uncounted: dict[str, str] = {}  # instruction metric -> why it was not counted
-        self.no_peak: str | None = None  # why a step with FLOPs has no mfu (Note [MFU])
-        self._expected: dict[str | None, dict[str, float]] = {}  # variant -> bounds
-        self.accepted: dict[str, dict[str, str]] = {}  # metric -> change and reason
+        self._work = {}
+        self._counted = False
+        self.work_seconds = 0.0
+        self.instruction_seconds = 0.0
+        self.uncounted = {}
+        self.no_peak = None
+        self._expected = {}
+        self.accepted = {}
         self.metrics = {}
-        self._recorded: set[str] = set()  # the metrics the test recorded (record())
-        self._refused = False  # whether a call of the test's failed (_may_refuse)
+        self._recorded = set()
+        self._refused = False
         self.superseded = superseded(fixture, plan)
         return self
 
@@ -422,7 +443,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         self._measures(*(f"time[{name}]" for name in targets))
         self._ready()
         if self._callgrind is not None:
-            self._count_instructions(dict(targets))
+            self._count_instructions(_by_variant(targets))
             return {name: Series(name) for name in targets}
         if self.disabled:  # --benchmark-disable, or xdist: run each once, count, time nothing
             found = {
@@ -430,7 +451,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
                 for name, fn in targets.items()
             }
             if self._count_disabled or self._expected:
-                self._count_work(dict(targets))
+                self._count_work(_by_variant(targets))
             return found
         compiled = DynamoCounters()
         host = cores_free.snapshot()
@@ -459,7 +480,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
                 self._put(f"speedup[{name}/{baseline}]", ratio.as_dict())
         for name, value in compiled.metrics().items():  # of all the variants together
             self._record(name, value)
-        self._count_work(dict(targets))
+        self._count_work(_by_variant(targets))
         for name, fn in targets.items():
             self._record_mfu(name, fn, series[name])
         return series
@@ -506,7 +527,9 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
 
         def setup_with_reference() -> Any:
             __tracebackhide__ = True  # calls the benchmarked code (Note [Tracebacks])
-            references.append(cadence.value(counted))
+            reference = cadence.value(counted)
+            if reference is not None:  # None: no reference workload, none kept
+                references.append(reference)
             return setup() if setup else None
 
         use_reference = plan.reference is not None and iterations == 1
@@ -717,7 +740,9 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
 
         problems = []
         for variant, bounds in self._expected.items():
-            chosen = self._work if variant is None else {variant: self._work.get(variant)}
+            chosen: dict[str | None, Any] = (
+                self._work if variant is None else {variant: self._work.get(variant)}
+            )
             if not chosen or None in chosen.values():
                 raise AssertionError(
                     f"benchmark.expect(...) cannot be checked: the work of "
@@ -735,6 +760,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         """Peak memory of one call: CUDA's allocator on a GPU (same GPU model and torch only),
         else the tensors the call allocates, which is the same on any machine."""
         device = self._plan.device
+        peak: int | None
         if getattr(device, "type", None) == "cuda":
             peak = cuda_peak_memory(call, device, self._plan.sync)
             origin = "CUDA peak memory's default"
@@ -791,6 +817,11 @@ def _verbose(series: Series, plan: Plan) -> list[str]:
             f"{series.reference_seconds:.3g}s in all"
         )
     return lines
+
+
+def _by_variant(targets: dict[str, Callable[[], Any]]) -> dict[str | None, Callable[[], Any]]:
+    """Named callables as the work counters key them (None: the one call of ``benchmark()``)."""
+    return {name: target for name, target in targets.items()}
 
 
 def superseded(fixture: Any, plan: Plan) -> list[str]:

@@ -54,7 +54,7 @@ def tracked_peak_memory(call: Callable[[], Any]) -> int | None:
             call()
     except Exception:  # e.g. compiled code that cannot run under a dispatch mode
         return None
-    return tracker.peak
+    return int(tracker.peak)
 
 
 class DynamoCounters:
@@ -71,6 +71,7 @@ class DynamoCounters:
         if self.start is None or self.warm is None:
             return {}
         end = _compat.dynamo_counters()
+        assert end is not None  # torch._dynamo, loaded at the start, stays loaded
         graphs = self.warm["graphs"] - self.start["graphs"]
         if end["frames"] == self.start["frames"]:
             return {}  # dynamo saw no frame: no compiled code here

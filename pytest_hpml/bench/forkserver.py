@@ -293,8 +293,14 @@ def _fork(
     pipes = [os.pipe(), os.pipe()] if output is None else []
     out_w, err_w = output or (pipes[0][1], pipes[1][1])
     status_r, status_w = os.pipe()
-    request = {"module": module, "args": args, "cwd": str(cwd), "env": env}
-    request.update(fds=list(pass_fds), session=session)
+    request = {
+        "module": module,
+        "args": args,
+        "cwd": str(cwd),
+        "env": env,
+        "fds": list(pass_fds),
+        "session": session,
+    }
     try:
         with lock:
             socket.send_fds(

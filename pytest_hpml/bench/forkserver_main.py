@@ -32,9 +32,18 @@ import signal
 import socket
 import struct
 import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, Optional, Union
 
 MESSAGE = 1 << 20  # bytes a request may take
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
+
+Request = dict[str, Any]  # a request as it came off the socket (JSON)
+# (Union and Optional: these are evaluated at import, and | on types needs Python 3.10)
+Ends = tuple[Union[socket.socket, int, None], ...]  # the descriptors a forked process closes
+Handler = Union[Callable[[int, Optional[FrameType]], Any], int, signal.Handlers, None]
+Started = tuple[list[str], Handler]  # the interpreter's own path, and its SIGINT handler
 
 
 def main() -> None:
@@ -61,12 +70,17 @@ def main() -> None:
     clients: dict[socket.socket, set[int]] = {}  # a connection -> the pids it asked for
     mine = (wake_r, wake_w, sock, listener)  # what a forked process closes, with the clients
     while True:
-        waited = [sock, wake_r, *clients, *([listener] if listener else [])]
+        waited: list[socket.socket | int] = [
+            sock,
+            wake_r,
+            *clients,
+            *([listener] if listener else []),
+        ]
         readable, _, _ = select.select(waited, [], [])
         if wake_r in readable:
             os.read(wake_r, 512)
         _reap(children, clients)
-        if listener in readable:
+        if listener is not None and listener in readable:
             _accept(listener, clients)
         for client in [c for c in clients if c in readable]:
             _serve(client, children, clients, mine, (prefix, interrupt))
@@ -92,7 +106,7 @@ def main() -> None:
             sock.send(json.dumps({"pid": pid}).encode())
 
 
-def _fork(request: dict, fds: list[int], children: dict[int, int], mine: tuple) -> int:
+def _fork(request: Request, fds: list[int], children: dict[int, int], mine: Ends) -> int:
     """Fork the process ``request`` asks for: 0 in it, with this one's descriptors (``mine``:
     its pipes and sockets) closed; its pid here, which keeps only its status pipe."""
     pid = os.fork()
@@ -136,8 +150,8 @@ def _serve(
     client: socket.socket,
     children: dict[int, int],
     clients: dict[socket.socket, set[int]],
-    mine: tuple,
-    started: tuple,
+    mine: Ends,
+    started: Started,
 ) -> None:
     """One request of a connected process: a process to fork. Once the connection closes, what
     it asked for and still runs is killed with its process group."""
@@ -272,7 +286,7 @@ def _reap(children: dict[int, int], clients: dict[socket.socket, set[int]]) -> N
             os.close(end)
 
 
-def _become(request: dict, fds: list[int], started: tuple) -> None:
+def _become(request: Request, fds: list[int], started: Started) -> None:
     """In the forked process: become ``python -m MODULE ARGS`` started fresh in the request's
     directory and environment (in a session of its own, where it asks for one, as torch's
     launcher starts a rank). Whatever it raises ends this interpreter as it ends that one

@@ -49,7 +49,8 @@ def synchronizer(device: Any = None) -> Callable[[], None]:
     if kind == "cuda" or (kind is None and torch.cuda.is_initialized()):
         return lambda: torch.cuda.synchronize(device)
     if kind == "mps":
-        return torch.mps.synchronize
+        synchronize: Callable[[], None] = torch.mps.synchronize
+        return synchronize
     return lambda: None
 
 
@@ -164,7 +165,7 @@ def _warm_up(
     warm-up times of each target."""
     history: dict[str, list[float]] = {name: [] for name in targets}
     fixed = plan.warmup_rounds is not None
-    count = plan.warmup_rounds if fixed else 50
+    count = 50 if plan.warmup_rounds is None else plan.warmup_rounds
     deadline = plan.timer() + plan.warmup_time
     for _ in range(count):
         if not fixed and (_settled(history) or plan.timer() > deadline):

@@ -48,7 +48,7 @@ class StorageTracker(Dispatching):
         self.peak = 0
         self.allocations = 0  # storages created
         self.allocated_bytes = 0  # and their bytes, freed ones included
-        self._tracked: dict[int, weakref.finalize] = {}
+        self._tracked: dict[int, weakref.finalize[Any, Any]] = {}
 
     def _release(self, key: int, size: int) -> None:
         self.live -= size
@@ -79,4 +79,4 @@ class StorageTracker(Dispatching):
         for finalizer in self._tracked.values():
             finalizer.detach()  # storages outliving the call must not touch a finished count
         self._tracked.clear()
-        return super().__exit__(*exc)
+        super().__exit__(*exc)

@@ -166,8 +166,8 @@ def ask(
             **({TURN_KEY: list(ends)} if turn is not None else {}),
             **({FORKSERVER_KEY: forked.where()} if forked is not None and forked.address else {}),
         }
-        with os.fdopen(handle, "w", encoding="utf-8") as request:
-            json.dump(wanted, request)
+        with os.fdopen(handle, "w", encoding="utf-8") as written:
+            json.dump(wanted, written)
         done = _run(
             [*wrapper, python, "-m", "pytest", *(child_args(config) if args is None else args)],
             cwd=cwd or config.invocation_params.dir,
@@ -215,6 +215,7 @@ def _run(
         except BaseException:
             _stop(child)
             raise
+    assert child.returncode is not None  # communicate() waited for it
     return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
 
 
@@ -318,7 +319,7 @@ class Turn:
         """Close the controller's ends: a process still waiting then goes on at once."""
         with self._lock:
             self.ended = True
-            ends = (self._ready, self._go)
+            ends: tuple[int, ...] = (self._ready, self._go)
             if not self._claimed:  # else the thread that claimed them closes them
                 ends, self.child_ends = (*ends, *self.child_ends), ()
             self._ready = self._go = -1

@@ -12,6 +12,7 @@ same request file; the worktree is removed at the end of the run, on Ctrl-C too.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -362,7 +363,7 @@ class Against:
             if package in sys.modules:  # a conftest imported it
                 self._importing(package)
             else:
-                watch = OnImport(package, before=lambda p=package: self._importing(p))
+                watch = OnImport(package, before=functools.partial(self._importing, package))
                 self._watches.append(watch.watch())
 
     def _importing(self, package: str) -> None:
@@ -702,7 +703,8 @@ def describe_here(modules: Sequence[str]) -> dict[str, Any] | None:
         return None
     namespace: dict[str, Any] = {}
     exec(DESCRIBE, namespace)  # the very code another interpreter runs: one description
-    return namespace["describe"]()
+    described: dict[str, Any] | None = namespace["describe"]()
+    return described
 
 
 def described(

@@ -13,6 +13,7 @@ import inspect
 import os
 import sys
 from collections import Counter
+from types import FrameType
 from typing import Any, Callable, NamedTuple
 
 import torch
@@ -55,7 +56,7 @@ _INSIDE = (
 def user_line() -> str | None:
     """``file:line`` of the innermost frame outside torch and pytest-hpml: the user's line
     that asked for the operator (for backward's operators, the ``backward()`` call)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
         if not name.startswith(_INSIDE) and not name.startswith("<"):
@@ -103,7 +104,8 @@ class WorkCounter(StorageTracker):
 
     def __enter__(self) -> WorkCounter:
         self._saving.__enter__()
-        return super().__enter__()
+        super().__enter__()
+        return self
 
     def __exit__(self, *exc: Any) -> None:
         try:
@@ -241,7 +243,8 @@ def count_flops_by_key(call: Callable[[], Any]) -> Counter[FlopKey] | None:
             call()
     except Exception:
         return None
-    return counter.tally
+    tally: Counter[FlopKey] = counter.tally
+    return tally
 
 
 def _is_view(func: Any, name: str) -> bool:
@@ -279,7 +282,8 @@ def count_work(call: Callable[[], Any]) -> WorkCounter | None:
             call()
     except Exception:
         return None
-    return counter
+    found: WorkCounter = counter
+    return found
 
 
 def over_budget(counter: WorkCounter, bounds: dict[str, float]) -> list[str]:

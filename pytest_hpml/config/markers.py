@@ -120,7 +120,8 @@ def bench_mark(node: pytest.Item) -> pytest.Mark | None:
         except TypeError:
             return marks[0]  # the nearest, whose own check says what is wrong
         merged.update(given)
-    return pytest.mark.hpml_bench(**merged).mark
+    combined: pytest.Mark = pytest.mark.hpml_bench(**merged).mark
+    return combined
 
 
 def bench_settings(mark: pytest.Mark | None) -> BenchSettings:

@@ -134,6 +134,7 @@ class Progress:
 
     def line(self, now: float) -> str:
         """The live line at ``now``: steps done, what runs, the time so far and what is left."""
+        assert self._started is not None
         parts = [f"{self.what} {self._done}/{self.total}", self._note, self._tally]
         parts.append(f"{seconds(now - self._started)} so far")
         left = self._left(now)
@@ -143,6 +144,7 @@ class Progress:
 
     def step_line(self, now: float) -> str:
         """A plain line for the step just done (what is left only before the last one)."""
+        assert self._started is not None
         said = seconds(now - self._started)
         left = self._left(now)
         if left is not None:
@@ -154,7 +156,7 @@ class Progress:
         """The stage's first output, on a line of its own: the plain start line, or the live
         line's clock."""
         self._started, self._at, self._printed_at = now, now, now
-        if self.reporter is None:
+        if self.reporter is None or self.writer is None:
             return
         self.reporter.ensure_newline()  # the last test line, where the reporter left it open
         if self.writer.width_of_current_line:  # -q leaves its dots line so
@@ -195,7 +197,7 @@ class Progress:
     def _rewrite(self, text: str) -> None:
         """The live line, replaced by ``text`` (cut to the terminal's width: a wrapped line
         cannot be rewritten), what is left of the longer one before blanked."""
-        if self.reporter is None:
+        if self.reporter is None or self.writer is None:
             return
         text = text[: max(self.writer.fullwidth - 1, 1)]
         self.reporter.write("\r" + text + " " * max(self._shown - len(text), 0), flush=True)

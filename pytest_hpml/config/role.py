@@ -97,10 +97,12 @@ def launch_from(environ: Mapping[str, str]) -> Launch | None:
     ranks itself.
     """
     for launcher, names in LAUNCHERS:
-        values = [environ.get(name) or None for name in names]
-        if values[0] is None or values[1] is None:
+        given_rank, given_size, given_local = (environ.get(name) or None for name in names)
+        if given_rank is None or given_size is None:
             continue
-        rank, size, local = (_rank_number(name, value, names) for name, value in zip(names, values))
+        rank = _rank_number(names[0], given_rank, names)
+        size = _rank_number(names[1], given_size, names)
+        local = None if given_local is None else _rank_number(names[2], given_local, names)
         if size < 2 and launcher != "torchrun":
             return None
         if environ.get(RANK_RESULT_ENV):
@@ -109,12 +111,10 @@ def launch_from(environ: Mapping[str, str]) -> Launch | None:
     return None
 
 
-def _rank_number(name: str, value: str | None, names: Sequence[str]) -> int | None:
-    """A rank variable's number (None where unset), compared with its bound before int() sees
-    it; :class:`BadLaunch` if it is none. ASCII digits only: torch's env:// reading would take
+def _rank_number(name: str, value: str, names: Sequence[str]) -> int:
+    """A rank variable's number, compared with its bound before int() sees it;
+    :class:`BadLaunch` if it is none. ASCII digits only: torch's env:// reading would take
     ``" 0 "`` or another script's digits, a shell or another launcher reading them would not."""
-    if value is None:
-        return None
     number = whole(value, MAX_RANK) if digits(value) else None
     if number is None:
         raise BadLaunch(

@@ -15,7 +15,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -116,7 +116,7 @@ def _sections(run: RankRun, report: pytest.TestReport | None) -> list[tuple[str,
 def skipped(item: pytest.Item, reason: str) -> list[pytest.TestReport]:
     """The reports of a test skipped before any rank started."""
     _, line, _ = item.location
-    keywords = dict.fromkeys(item.keywords, 1)
+    keywords: dict[str, Literal[1]] = dict.fromkeys(item.keywords, 1)
     longrepr = (str(item.path), (line or 0) + 1, f"Skipped: {reason}")
     return [
         pytest.TestReport(item.nodeid, item.location, keywords, "skipped", longrepr, "setup"),
@@ -129,19 +129,23 @@ def failed(item: pytest.Item, message: str) -> list[pytest.TestReport]:
     wrong mark fails (made by pytest's own hook, so that the summary line shows ``message``)."""
     call = pytest.CallInfo.from_call(lambda: pytest.fail(message, pytrace=False), "setup")
     setup = item.ihook.pytest_runtest_makereport(item=item, call=call)
-    keywords = dict.fromkeys(item.keywords, 1)
+    keywords: dict[str, Literal[1]] = dict.fromkeys(item.keywords, 1)
     teardown = pytest.TestReport(item.nodeid, item.location, keywords, "passed", None, "teardown")
     return [setup, teardown]
 
 
 def serialize(config: pytest.Config, report: pytest.TestReport) -> dict[str, Any]:
-    return config.hook.pytest_report_to_serializable(config=config, report=report)
+    data: dict[str, Any] = config.hook.pytest_report_to_serializable(config=config, report=report)
+    return data
 
 
 def deserialize(config: pytest.Config, data: dict[str, Any]) -> pytest.TestReport:
     if isinstance(data.get("longrepr"), list):  # a skip's (path, line, reason), after JSON
         data = {**data, "longrepr": tuple(data["longrepr"])}
-    return config.hook.pytest_report_from_serializable(config=config, data=data)
+    report: pytest.TestReport = config.hook.pytest_report_from_serializable(
+        config=config, data=data
+    )
+    return report
 
 
 def read_reports(config: pytest.Config, path: Path) -> list[pytest.TestReport]:

@@ -154,7 +154,7 @@ def _late(asked: Spec, started: int) -> str:
 
 def _rank_env(
     item: pytest.Item, asked: Spec, rank: int, port: int, workdir: Path, bench_time: float
-) -> dict:
+) -> dict[str, str]:
     return {
         "RANK": str(rank),
         "LOCAL_RANK": str(rank),

@@ -210,7 +210,8 @@ def _probed(out: Any) -> dict[str, Any]:
     """The probe's findings: the last line it printed."""
     import json
 
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    found: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return found
 
 
 HARDWARE_KEY = pytest.StashKey[Hardware]()

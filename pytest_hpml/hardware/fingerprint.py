@@ -88,7 +88,7 @@ class Fingerprint:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Fingerprint:
-        values = {f: data.get(f) for f in FIELDS}
+        values: dict[str, Any] = {f: data.get(f) for f in FIELDS}
         values["gpus"] = tuple(values["gpus"] or ())
         instance = data.get("instance")
         return cls(

@@ -187,7 +187,7 @@ def peak_flops(properties: Any, precision: str) -> float | None:
     no figure. A MIG slice (fewer ``multi_processor_count`` than the whole GPU) gets its share."""
     gpu = find(str(getattr(properties, "name", "")))
     peak = None if gpu is None else gpu.flops.get(precision)
-    if peak is None:
+    if gpu is None or peak is None:
         return None
     sms = getattr(properties, "multi_processor_count", None)
     if gpu.sms and isinstance(sms, int) and 0 < sms < gpu.sms:  # a MIG slice

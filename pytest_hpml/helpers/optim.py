@@ -338,7 +338,7 @@ def _setting_differences(mine: dict[str, Any], theirs: dict[str, Any]) -> list[s
 def _same(a: Any, b: Any) -> bool:
     """Whether two hyperparameter values are the same setting."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.shape == b.shape and torch.equal(a.detach().cpu(), b.detach().cpu())
+        return bool(a.shape == b.shape and torch.equal(a.detach().cpu(), b.detach().cpu()))
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):  # lr=torch.tensor(1e-3)
         a, b = (_scalar(v) for v in (a, b))
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):

@@ -148,13 +148,14 @@ def prune(
     if isinstance(op_types, str):
         op_types = (op_types,)
     nni = _import_nni()
-    make = pruner
     if isinstance(pruner, str):
         if pruner not in PRUNERS:
             raise ValueError(
                 f"pruner must be one of {', '.join(PRUNERS)} or a class, got {pruner!r}"
             )
         make = nni[PRUNERS[pruner]]
+    else:
+        make = pruner
     copied = copy.deepcopy(model)
     with quieted("nni"):
         compressor = make(copied, [{"op_types": list(op_types), "sparse_ratio": sparsity}])

@@ -187,7 +187,7 @@ class Bisect:
     def _verdict(self, commit: Commit, result: dict[str, Any]) -> dict[str, Any]:
         """The metric's verdict against GOOD in ``result``, of --hpml-against=GOOD."""
         self._recorded(commit, result)
-        verdict = result["verdicts"][self.metric]
+        verdict: dict[str, Any] = result["verdicts"][self.metric]
         if verdict["verdict"] == stats.NEW:
             raise BisectError(f"{result['test']} is not at GOOD, {self.good}: nothing to judge by")
         return verdict
@@ -200,8 +200,9 @@ class Bisect:
                 f"at {commit}: {result['test']} records no metric {self.metric!r}; it records "
                 f"{recorded}"
             )
-        self.unit = result["metrics"][self.metric].get("unit", "")
-        return result["metrics"][self.metric]
+        record: dict[str, Any] = result["metrics"][self.metric]
+        self.unit = record.get("unit", "")
+        return record
 
     def _result(
         self, commit: Commit, extra: list[str], first: Sequence[str] = ()
@@ -224,7 +225,7 @@ class Bisect:
         )
         if not report.is_file():
             raise BisectError(f"at {commit}: pytest wrote no report ({reruns.silence(done)})")
-        results = self.read(report)["results"]
+        results: list[dict[str, Any]] = self.read(report)["results"]
         if len(results) != 1:
             tests = ", ".join(r["test"] for r in results[:5]) or reruns.silence(done)
             raise BisectError(

@@ -47,7 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         top.error("arguments after -- are pytest's, for bisect only")
     args.pytest_args = rest
     try:
-        return args.run(args)
+        status: int = args.run(args)
+        return status
     except (reader.Unreadable, ReportError, changes.MissingLibrary, OSError) as exc:
         say(f"pytest-hpml: error: {_message(exc)}", file=sys.stderr)
         return 2
@@ -234,7 +235,7 @@ _REPORT_FIELDS: dict[str, tuple[type, ...]] = {
 
 def _names(kinds: tuple[type, ...]) -> str:
     return " or ".join(
-        "null" if k is type(None) else {dict: "an object"}.get(k, k.__name__) for k in kinds
+        "null" if k is type(None) else "an object" if k is dict else k.__name__ for k in kinds
     )
 
 
@@ -303,7 +304,7 @@ def _sides_ok(sides: Any) -> bool:
 
 def load_report(path: Path) -> dict[str, Any]:
     """A JSON report written by ``pytest --hpml-report``; a :class:`BaselineError` otherwise."""
-    data = reader.read_json(_existing(path), "report")
+    data: dict[str, Any] = reader.read_json(_existing(path), "report")
     problem = _report_problem(data)
     if problem:
         raise BaselineError(f"{path} is not a pytest-hpml report ({problem})")
@@ -320,7 +321,8 @@ def load_entries(path: Path, said: list[str]) -> Entries:
     for problem in baselines.unusable(data):
         said.append(problem)
         say(f"pytest-hpml: {path}: {problem}", file=sys.stderr)
-    return data["entries"]
+    entries: Entries = data["entries"]
+    return entries
 
 
 def _holds(path: Path) -> Callable[[dict[str, Any]], bool] | None:

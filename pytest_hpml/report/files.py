@@ -78,8 +78,8 @@ def check_paths(chosen: Any, baseline_mode: str, root: Path) -> None:
 
     found = first_problem(asked, {}, clash, root, directory)
     if found:
-        where, dest, problem = found
-        raise pytest.UsageError(f"{where}: {getattr(chosen, dest)} {problem}")
+        where, dest, why = found
+        raise pytest.UsageError(f"{where}: {getattr(chosen, dest)} {why}")
     if chosen.history:  # a directory added to, as the baselines' is when recording
         kept = Path(root, chosen.history)
         problem = _directory_problem(kept, root, True, _explicit(chosen, "history"))
@@ -170,7 +170,7 @@ def _in_baselines(path: Path, directory: Path | None) -> bool:
 def _step_summary(path: Path) -> bool:
     """Whether ``path`` is GitHub's step summary file, which the Markdown is appended to."""
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    return bool(summary) and os.path.realpath(summary) == os.path.realpath(path)
+    return bool(summary and os.path.realpath(summary) == os.path.realpath(path))
 
 
 def keep(document: dict[str, Any]) -> str:

@@ -16,7 +16,10 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeGuard  # in typing from Python 3.10
 
 from ..bench.metrics import higher_is_worse, is_sampled, kind_of
 from ..storage import reader, writer
@@ -212,7 +215,7 @@ def statistic(series: Series) -> str:
     return {"time": "fastest sample", "rate": "highest sample"}.get(series.kind, "median")
 
 
-def _usable(value: Any, counted: bool) -> bool:
+def _usable(value: Any, counted: bool) -> TypeGuard[float]:
     """A value a series can hold: finite, at least 0 for a count, above 0 for a measurement
     (whose logarithm is taken)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):

@@ -147,7 +147,8 @@ def stored_baselines(document: dict[str, Any], directory: Path | None = None) ->
     except (BaselineError, KeyError, TypeError, ValueError, AttributeError):
         return {}  # the run reported it already; the plots just lack the baseline
     unusable(data)  # never plotted, as never judged (the run or the CLI names them)
-    return data["entries"]
+    entries: dict[str, Any] = data["entries"]
+    return entries
 
 
 def figure_class() -> Any:
@@ -493,7 +494,7 @@ def _draw(ax: Any, shown: Panel) -> None:
     factor, unit = reports.scale(stats.median(groups[0]), shown.unit)
     values = [[v / factor for v in vs] for vs in groups]
     low, high = (min(map(min, values)), max(map(max, values))) if shown.paired else _limits(values)
-    if shown.band:
+    if shown.band and shown.baseline is not None:
         band = (shown.band[0] / factor, shown.band[1] / factor)
         ax.axhspan(*band, color="#e6e6e6", zorder=0)
         ax.axhline(shown.baseline / factor, color="#444", linewidth=1, zorder=1)
@@ -567,7 +568,7 @@ def _plain_ticks(axis: Any) -> None:
 def _plain_formatter(chooser: Any) -> Any:
     from matplotlib.ticker import Formatter
 
-    class Plain(Formatter):
+    class Plain(Formatter):  # type: ignore[misc]  # matplotlib is not installed for lint
         def set_axis(self, axis: Any) -> None:
             super().set_axis(axis)
             chooser.set_axis(axis)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,8 @@ def write(found: store.History, out: Path) -> Path:
     for series in found.series:
         by_test.setdefault(series.test, []).append(series)
     benchmarks = {test: f"benchmarks/{i:04d}.html" for i, test in enumerate(sorted(by_test))}
-    for test, series in by_test.items():
-        body = _benchmark(figure, found, test, series, pages)
+    for test, kept in by_test.items():
+        body = _benchmark(figure, found, test, kept, pages)
         writer.replace(out / benchmarks[test], _page(test, body, up="../"))
     for run, name in pages.items():
         record = json.dumps(run.document, indent=1, sort_keys=True) + "\n"
@@ -144,7 +145,7 @@ def _benchmark(
     ordered = sorted(series, key=lambda s: (s.counted, s.metric != "time", s.metric, s.machine))
     parts = [f"<h1>{breakable(test)}</h1>"]
     flat = {id(s) for s in ordered if len({v for vs in s.values for v in vs}) == 1}
-    groups = (
+    groups: tuple[tuple[str, Callable[[store.Series], bool]], ...] = (
         ("Times and rates", lambda s: not s.counted),
         ("Counts", lambda s: s.counted and id(s) not in flat),
         ("Counts the same at every commit", lambda s: s.counted and id(s) in flat),
@@ -196,8 +197,8 @@ def _plot(
             for s in series.found
         ],
     }  # fmt: skip
-    values = escape(json.dumps(data), quote=True)
-    return f'<figure class="history" data-values="{values}">{svg}</figure>'
+    escaped = escape(json.dumps(data), quote=True)
+    return f'<figure class="history" data-values="{escaped}">{svg}</figure>'
 
 
 def _levels(ax: Any, series: store.Series, factor: float) -> None:

@@ -56,7 +56,7 @@ def load(path: Path) -> dict[str, Any]:
     if path.parent.exists() and not path.parent.is_dir():
         raise BaselineError(f"the baseline directory {path.parent} is a file, not a directory")
     try:
-        data = reader.read_json(path, "baseline file")
+        data: dict[str, Any] = reader.read_json(path, "baseline file")
     except FileNotFoundError:
         return {"format": FORMAT, "entries": {}}
     except reader.Unreadable as exc:

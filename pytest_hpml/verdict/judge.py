@@ -351,7 +351,9 @@ def with_states(
     """A time judged on processes (``sides``: name -> process runs) that measured in different
     torch states says so; at different thread counts it is no verdict on the code (Note
     [Torch state])."""
-    states = {name: [r.get("state") or {} for r in side] for name, side in sides.items()}
+    states: dict[str, Sequence[dict[str, Any]]] = {
+        name: [r.get("state") or {} for r in side] for name, side in sides.items()
+    }
     distinct = {name: _distinct(found) for name, found in states.items() if any(found)}
     result = dataclasses.replace(result, states=distinct or None)
     found = torch_state.differences(states)
@@ -437,7 +439,7 @@ def _both_show(
     the same direction: normalization must not make a change out of raw times within the
     threshold, nor raw times call a machine slower as a whole a regression (Note [Raw or
     reference units]). ``labels`` name the judged change and ``other``."""
-    if result.verdict not in (stats.REGRESSED, stats.IMPROVED):
+    if result.verdict not in (stats.REGRESSED, stats.IMPROVED) or result.change is None:
         return result
     if other is not None and other * result.change > 0 and abs(other) > threshold:
         return result

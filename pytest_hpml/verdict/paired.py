@@ -41,11 +41,12 @@ def judge_paired(
         if not pairs:
             return stats.Comparison(stats.INCONCLUSIVE, reason="the base side did not measure it")
         # the middle value itself (not a mean of two): an exact count stays a value it took
-        head, base = (
+        head_count, base_count = (
             {"value": _middle([p[i]["value"] for p in pairs]), "detail": pairs[0][i].get("detail")}
             for i in (0, 1)
         )
-        return varying(judge_count({**record, **head}, base, threshold), record, pairs)
+        judged = judge_count({**record, **head_count}, base_count, threshold)
+        return varying(judged, record, pairs)
     usable = [(h, b) for h, b in pairs if h.get("samples") and b.get("samples")]
     needed = record.get("cores") if kind.judge == "ratio" else None
     if needed:  # a speed-up over more cores, on the pairs that had them free
@@ -59,6 +60,8 @@ def judge_paired(
         return stats.Comparison(stats.INCONCLUSIVE, reason=reason)
     head, base = [list(side) for side in zip(*usable)]
     clock = "samples"
+    pick: Callable[[Sequence[float]], float]
+    tolerance: float | None
     if kind.judge == "ratio":  # a speed-up within one run, paired by round: its median
         pick, tolerance = stats.median, record.get("tolerance")
     else:  # the fastest sample of each slice (Note [Slices])
@@ -86,14 +89,18 @@ def judge_paired(
     # judged: so that current / baseline - 1 is that change
     kept = [(h, b) for h, b in picked if h > 0 and b > 0] or [(math.nan, math.nan)]
     baseline = stats.geometric_mean([b for _, b in kept])
-    current = baseline * (1 + result.change) if result.change is not None else math.nan
+    current = (
+        baseline * (1 + result.change)
+        if baseline is not None and result.change is not None
+        else math.nan
+    )
     sides = {
         name: tuple(float(f"{v:.6g}") for v in side)
         for name, side in zip(("head", "base"), zip(*picked))
     }
-    pairs = tuple(float(f"{r:.4g}") for r in ratios)
+    rounded = tuple(float(f"{r:.4g}") for r in ratios)
     shown = dataclasses.replace(
-        result, baseline=baseline, current=current, pairs=pairs, sides=sides
+        result, baseline=baseline, current=current, pairs=rounded, sides=sides
     )
     why = busy([*head, *base])
     notes = [shown.reason, THREAD_CLOCK if clock == "cpu_samples" else ""]

@@ -73,7 +73,7 @@ def _by_class(comparison: stats.Comparison, name: str, strict: bool) -> stats.Co
         return dataclasses.replace(
             comparison, verdict=stats.CHANGED, reason=joined(comparison.reason, reason)
         )
-    if comparison.change > SIZE_GROWTH:
+    if comparison.change is None or comparison.change > SIZE_GROWTH:  # never None: see regressed
         reason = (
             f"more than the {SIZE_GROWTH:.0%} a count of operators, memory or instructions "
             "may grow without failing (Note [Counter policy])"

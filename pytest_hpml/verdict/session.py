@@ -103,7 +103,9 @@ class Verdicts:
 
     @functools.cached_property
     def fingerprint(self) -> fingerprint.Fingerprint:
-        found = self.config.hook.pytest_hpml_fingerprint(config=self.config)
+        found: fingerprint.Fingerprint = self.config.hook.pytest_hpml_fingerprint(
+            config=self.config
+        )
         return found.with_name(self.settings.machine) if self.settings.machine else found
 
     def path_for(self, record: dict[str, Any]) -> Path:
@@ -115,21 +117,24 @@ class Verdicts:
 
     def stored(self, test: str, name: str, record: dict[str, Any]) -> dict[str, Any] | None:
         """The baseline of one metric, or None; an unreadable file is reported once."""
-        return self._entries(self.path_for(record)).get(test, {}).get(name)
+        entry: dict[str, Any] | None = self._entries(self.path_for(record)).get(test, {}).get(name)
+        return entry
 
     def _entries(self, path: Path) -> dict[str, Any]:
         if path not in self._files:
             try:
-                self._files[path] = baselines.load(path)
+                loaded = baselines.load(path)
             except baselines.BaselineError as exc:
                 self._files[path] = None
                 if str(exc) not in self.errors:  # a directory's problem is every file's in it
                     self.errors.append(str(exc))
             else:
-                said = baselines.unusable(self._files[path])
+                self._files[path] = loaded
+                said = baselines.unusable(loaded)
                 self.errors.extend(f"baseline file {path}: {problem}" for problem in said)
         data = self._files[path]
-        return {} if data is None else data["entries"]
+        entries: dict[str, Any] = {} if data is None else data["entries"]
+        return entries
 
     def processes_for(self, test: str) -> int:
         """How many processes measure ``test``: --hpml-record-processes when recording,
@@ -324,7 +329,7 @@ class Verdicts:
 
     def busy_benchmarks(self) -> dict[str, str]:
         """The benchmarks whose runs here show a busy machine, and how (Note [Busy machine])."""
-        found = {}
+        found: dict[str, str] = {}
         for result in self.results:
             for name, record in result["metrics"].items():
                 why = (
@@ -546,7 +551,7 @@ class Verdicts:
         )
 
     def unit(self, test: str, name: str) -> str:
-        return next(r["metrics"][name]["unit"] for r in self.results if r["test"] == test)
+        return str(next(r["metrics"][name]["unit"] for r in self.results if r["test"] == test))
 
 
 def _current(record: dict[str, Any]) -> float | None:

@@ -165,13 +165,15 @@ def compare_samples(
     """
     if not baseline:
         return Comparison(NO_BASELINE, current=median(current) if current else None)
-    base, cur = median(baseline), median(current) if current else None
+    base = median(baseline)
     if len(current) < MIN_SAMPLES or len(baseline) < MIN_SAMPLES:
         reason = (
             f"too few samples ({len(current)} now, {len(baseline)} in the baseline, "
             f"need {MIN_SAMPLES})"
         )
-        return Comparison(INCONCLUSIVE, base, cur, None, None, threshold, reason)
+        shown = median(current) if current else None
+        return Comparison(INCONCLUSIVE, base, shown, None, None, threshold, reason)
+    cur = median(current)
     if base <= 0:  # no relative change from it
         reason = f"the baseline's median is {base:g}: no relative change from it"
         return Comparison(INCONCLUSIVE, base, cur, None, None, threshold, reason)
@@ -189,7 +191,7 @@ def compare_samples(
         # (otherwise a rate falling 17% would pass as "within the spread" where the same runs'
         # time, 21% higher, is a regression).
         resolution /= 1 + resolution
-    if resolution is not None and abs(change) <= resolution:
+    if processes is not None and resolution is not None and abs(change) <= resolution:
         reason = (
             f"change above the threshold but within the spread between processes: "
             f"{len(processes[0])} and {len(processes[1])} processes resolve {resolution:.1%}"
@@ -338,7 +340,9 @@ def hopeless(result: Comparison, done: int, cap: int, looks: int) -> bool:
     # a settled pass needs no test: its narrowed interval fits where its interval did
     if result.verdict != PASS or done >= cap:
         return False
-    if result.interval is None or result.threshold is None or (result.degrees or 0) < 2:
+    if result.interval is None or result.threshold is None or result.degrees is None:
+        return False
+    if result.degrees < 2:
         return False  # an interval on under 2 degrees of freedom says little of its centre
     # the change and the middle pair well within it: a change near the threshold may be a
     # larger one the first pairs caught low
