@@ -317,10 +317,15 @@ class Collector:
         ):
             from .verdict import session as judged  # it may say why nothing was recorded
         found = None if judged is None else judged.reported(self.config)
-        if found is not None:
-            from .report.summary import finish
+        try:
+            if found is not None:
+                from .report.summary import finish
 
-            finish(session, found)
+                finish(session, found)
+        finally:
+            against = self.config.pluginmanager.get_plugin("hpml-against-finish")
+            if against is not None:  # the pairs are over (Note [Ending signals])
+                against.hold()
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -863,32 +863,43 @@ def test_a_signal_while_the_worktree_is_removed_is_held_until_it_is(
     )
     assert done.returncode == pytest.ExitCode.INTERRUPTED, done.stdout + done.stderr
     assert (
-        f"hpml: SIG{name} received while the run removed its base worktree: removed first, exit "
-        "status 2"
+        f"hpml: SIG{name} received as the run ended: held until its base worktree was removed, "
+        "exit status 2"
     ) in done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert left_in(scratch) == []
     assert worktrees(repo.path) == [str(repo.path)]
 
 
-# A signal to the run itself in pytest's own clean-up, after every plugin's unconfigure.
-SIGNALS_THE_CLEAN_UP = f"""
+# A signal to the run itself after the pairs: in the terminal summary, or in pytest's own
+# clean-up (a clean-up added as the run is unconfigured runs before the earlier ones).
+SIGNALS_THE_END = f"""
 import os
 import signal
 
 
+def _signal():
+    os.kill(os.getpid(), signal.SIG{{name}})
+
+
+def pytest_terminal_summary(config):
+    if "{{moment}}" == "summary" and not os.environ.get("{RERUN_ENV}"):
+        _signal()
+
+
 def pytest_unconfigure(config):
-    if not os.environ.get("{RERUN_ENV}"):
-        config.add_cleanup(lambda: os.kill(os.getpid(), signal.SIGHUP))
+    if "{{moment}}" == "clean-up" and not os.environ.get("{RERUN_ENV}"):
+        config.add_cleanup(_signal)
 """
 
 
-def test_a_signal_in_pytests_own_clean_up_takes_its_default_action(
-    repo: Project, tmp_path: Path
+@pytest.mark.parametrize(("moment", "name"), [("summary", "HUP"), ("clean-up", "INT")])
+def test_a_signal_after_the_pairs_is_held_until_the_run_ends(
+    repo: Project, tmp_path: Path, moment: str, name: str
 ) -> None:
-    """The handlers stayed until a clean-up of pytest-hpml's, which may come after pytest's:
-    a SIGHUP there, after the summary, ended in a KeyboardInterrupt traceback."""
-    repo.pytester.makeconftest(SIGNALS_THE_CLEAN_UP)
+    """A SIGHUP in another plugin's summary, and a Ctrl-C in pytest's gc clean-up, each
+    ended in a KeyboardInterrupt traceback."""
+    repo.pytester.makeconftest(SIGNALS_THE_END.format(moment=moment, name=name))
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     done = subprocess.run(
@@ -900,7 +911,8 @@ def test_a_signal_in_pytests_own_clean_up_takes_its_default_action(
         preexec_fn=interruptible,
         timeout=300,
     )
-    assert done.returncode == -signal.SIGHUP, done.stdout + done.stderr
+    assert done.returncode == pytest.ExitCode.INTERRUPTED, done.stdout + done.stderr
+    assert f"hpml: SIG{name} received as the run ended" in done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert left_in(scratch) == []
     assert worktrees(repo.path) == [str(repo.path)]

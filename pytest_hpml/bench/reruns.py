@@ -406,9 +406,9 @@ ENDING = (signal.SIGTERM, signal.SIGHUP)
 
 class Ending:
     """While the run lasts, SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread, so
-    that the run stops its processes and removes its worktree as on Ctrl-C; while it removes
-    them (:meth:`defer` to :meth:`restore`), an ending signal is held until it is done, and a
-    second ends it at once (Note [Ending signals]). Only where the signal's default action is
+    that the run stops its processes and removes its worktree as on Ctrl-C; once the pairs are
+    over (:meth:`defer` to :meth:`restore`), an ending signal is held until the run has ended,
+    and a second ends it at once (Note [Ending signals]). Only where the signal's default action is
     set (Python's own for SIGINT): a handler of the user's, or an ignored signal, keeps it."""
 
     def __init__(self, config: pytest.Config) -> None:
@@ -451,8 +451,8 @@ class Ending:
             name = signal.Signals(self.held[0]).name
             with _compat.uncaptured(self.config):
                 print(
-                    f"hpml: {name} received while the run removed its base worktree: removed "
-                    "first, exit status 2",
+                    f"hpml: {name} received as the run ended: held until its base worktree was "
+                    "removed, exit status 2",
                     file=sys.stderr,
                     flush=True,
                 )

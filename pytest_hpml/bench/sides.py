@@ -872,26 +872,34 @@ def prepare(config: pytest.Config, chosen: Any, launched: bool) -> None:
 
 
 class _Finish:
-    """Ends head against base once, as the run is unconfigured after every other plugin and
-    before pytest's own clean-up, where a signal raised as Ctrl-C would end in a traceback:
-    signals held while the worktree is removed, then given back."""
+    """Ends head against base: once the pairs are over, an ending signal is held (a Ctrl-C in
+    the summary or in pytest's clean-up would end in a traceback); the worktree is removed as
+    the run is unconfigured, after every other plugin; the handlers are given back in a
+    clean-up, after pytest's own (Note [Ending signals])."""
 
     def __init__(self, ending: reruns.Ending, against: Against) -> None:
-        self.ending, self.against, self.done = ending, against, False
+        self.ending, self.against, self.removed = ending, against, False
 
-    def __call__(self) -> None:
-        if self.done:
-            return
-        self.done = True
+    def hold(self) -> None:
+        """From now until the run has ended, an ending signal is held (the pairs are over)."""
         self.ending.defer()
-        try:
-            self.against.remove()
-        finally:
-            self.ending.restore()
+
+    def remove(self) -> None:
+        if self.removed:
+            return
+        self.removed = True
+        self.ending.defer()
+        self.against.remove()
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        self()
+        self.remove()
+
+    def __call__(self) -> None:  # the clean-up, also where pytest_unconfigure never came
+        try:
+            self.remove()
+        finally:
+            self.ending.restore()
 
 
 def rank_forker(config: pytest.Config) -> Any:
