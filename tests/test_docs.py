@@ -41,7 +41,7 @@ def test_the_generated_options_table_is_the_registry_and_pytest_help(
         cells = [c.strip() for c in row.strip("|").split(" | ")]
         assert cells[:3] == [f"`{opt.cli}`", f"`{opt.ini}`", f"`{opt.env}`"], row
         assert opt.cli in shown
-        assert words(opt.help) in shown, f"{opt.cli}'s help is not what pytest --help prints"
+        assert words(opt.summary) in shown, f"{opt.cli}'s summary is not what pytest --help prints"
 
 
 def test_the_generated_markers_table_lists_every_registered_marker() -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_hpml.config.options import (
+    GROUP,
     INTERNAL_PREFIXES,
     MAX_THREADS,
     OPTIONS,
@@ -247,12 +248,27 @@ def test_help_shows_the_hpml_group_with_every_option(project: Project) -> None:
     }
     result = project.run("--help")
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(
-        ["pytest-hpml: PyTorch training tests and benchmarks:", *(f"  {o.cli}*" for o in OPTIONS)]
-    )
+    result.stdout.fnmatch_lines([f"{GROUP}:", *(f"  {o.cli}*" for o in OPTIONS)])
     text = " ".join(result.stdout.str().split())  # the help is wrapped to the terminal width
     for opt in OPTIONS:
-        assert f"[env {opt.env}, ini {opt.ini}; default: {opt.default or 'none'}]" in text
+        default = f" (default {opt.default})" if opt.default and not opt.flag else ""
+        assert f"{opt.summary}{default}" in text
+        assert f"{opt.ini} ({'bool' if opt.flag else 'string'}): see {opt.cli}" in text
+
+
+def test_help_adds_at_most_120_lines(pytester: pytest.Pytester) -> None:
+    """One summary a line or two per option, one pointer per ini key: the help of every
+    option had added 323 lines to pytest's (pytest-benchmark's 34 options take 120)."""
+    ours = pytester.runpytest_subprocess("--help")
+    without = pytester.runpytest_subprocess("-p", "no:hpml", "--help")
+    assert ours.ret == without.ret == pytest.ExitCode.OK
+    added = len(ours.outlines) - len(without.outlines)
+    assert 0 < added <= 120, "\n".join(ours.outlines)
+
+
+def test_each_option_has_a_summary_of_one_line() -> None:
+    """pytest's help column is 56 characters wide at 80 columns; a summary wraps there."""
+    assert [o.cli for o in OPTIONS if not 0 < len(o.summary) <= 56 or "%" in o.summary] == []
 
 
 def test_help_texts_hold_no_percent_sign() -> None:

@@ -393,6 +393,8 @@ class Option(NamedTuple):
     # what the option given without a value means (``--hpml-instructions``): it then takes a
     # value only as ``--hpml-NAME=VALUE``, as pytest-cov's ``--cov`` does
     bare: str = ""
+    # the line `pytest --help` shows (``help`` is the reference's, docs/reference/options.md)
+    summary: str = ""
 
     @property
     def cli(self) -> str:
@@ -447,6 +449,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_devices,
         "auto",
         "DEVICES",
+        summary="test devices: auto, cpu, cuda[:N], mps",
     ),
     Option(
         "precision",
@@ -455,6 +458,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_precisions,
         "fp32",
         "PRECISIONS",
+        summary="precisions to test: fp32, tf32, fp16, bf16",
     ),
     Option(
         "backend",
@@ -464,6 +468,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_backends,
         "eager",
         "BACKENDS",
+        summary="compile backends: eager, inductor[:MODE]",
     ),
     Option(
         "dist-backend",
@@ -472,6 +477,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_dist_backend,
         "auto",
         "BACKEND",
+        summary="distributed backend: auto, gloo, nccl, mpi",
     ),
     Option(
         "dist-timeout",
@@ -481,6 +487,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_seconds,
         "300",
         "SECONDS",
+        summary="seconds a distributed test may run",
     ),
     Option(
         "max-ranks",
@@ -491,6 +498,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_max_ranks,
         "auto",
         "N",
+        summary="most ranks a distributed test may start",
     ),
     Option(
         "workers",
@@ -500,6 +508,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_workers,
         "0",
         "COUNTS",
+        summary="DataLoader worker counts to test, or auto",
     ),
     Option(
         "seed",
@@ -508,6 +517,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_seed,
         "0",
         "INT",
+        summary="seed of random, numpy and torch per test",
     ),
     Option(
         "benchmarks",
@@ -519,6 +529,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_bool,
         "false",
         flag=True,
+        summary="measure and judge benchmarks the pytest-hpml way",
     ),
     Option(
         "baseline",
@@ -529,6 +540,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_baseline_mode,
         "compare",
         "MODE",
+        summary="baselines: compare, update, append, off",
     ),
     Option(
         "baseline-dir",
@@ -537,6 +549,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_text,
         "baselines",
         "DIR",
+        summary="directory of the baseline files",
     ),
     Option(
         "threshold",
@@ -547,6 +560,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_fraction,
         "0.06",
         "FRACTION",
+        summary="smallest time change that counts",
     ),
     Option(
         "bench-time",
@@ -556,6 +570,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_seconds,
         "3",
         "SECONDS",
+        summary="most seconds of measured rounds a benchmark",
     ),
     Option(
         "against",
@@ -567,6 +582,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_text,
         "",
         "REV",
+        summary="judge benchmarks against this git revision",
     ),
     Option(
         "pairs",
@@ -578,6 +594,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_pairs,
         "7",
         "N",
+        summary="most pairs of processes a benchmark takes",
     ),
     Option(
         "against-python",
@@ -587,6 +604,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_text,
         "",
         "PATH",
+        summary="the base side's interpreter (another environment)",
     ),
     Option(
         "against-paths",
@@ -596,6 +614,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_paths,
         "",
         "DIRS",
+        summary="directories first on sys.path of each side",
     ),
     Option(
         "threads",
@@ -608,6 +627,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_threads,
         "auto",
         "N",
+        summary="torch's CPU threads in a benchmark",
     ),
     Option(
         "processes",
@@ -619,6 +639,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_processes,
         "3",
         "N",
+        summary="processes measuring a benchmark, to compare",
     ),
     Option(
         "record-processes",
@@ -629,6 +650,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_processes,
         "6",
         "N",
+        summary="processes a baseline is recorded in",
     ),
     Option(
         "instructions",
@@ -645,6 +667,7 @@ OPTIONS: tuple[Option, ...] = (
         "off",
         "all|changed|off",
         bare="all",
+        summary="CPU instructions per call, under callgrind",
     ),
     Option(
         "counters",
@@ -656,6 +679,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_counter_policy,
         "classes",
         "POLICY",
+        summary="counters that fail: classes, strict",
     ),
     Option(
         "peak-flops",
@@ -666,6 +690,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_peak_flops,
         "",
         "FLOPS",
+        summary="the device's dense peak FLOP/s, for mfu",
     ),
     Option(
         "machine",
@@ -674,6 +699,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_text,
         "",
         "NAME",
+        summary="a readable name for this machine",
     ),
     Option(
         "machine-id",
@@ -684,6 +710,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_text,
         "",
         "ID",
+        summary="which machine of its kind this one is",
     ),
     Option(
         "report",
@@ -692,6 +719,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_text,
         "",
         "PATH",
+        summary="write the JSON report to PATH",
     ),
     Option(
         "report-md",
@@ -701,6 +729,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_text,
         "",
         "PATH",
+        summary="write a Markdown summary to PATH",
     ),
     Option(
         "report-html",
@@ -709,6 +738,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_text,
         "",
         "PATH",
+        summary="write an HTML report with plots to PATH",
     ),
     Option(
         "history",
@@ -719,6 +749,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_text,
         "",
         "DIR",
+        summary="add this run to the history in DIR",
     ),
     Option(
         "run-slow",
@@ -727,6 +758,7 @@ OPTIONS: tuple[Option, ...] = (
         parse_bool,
         "false",
         flag=True,
+        summary="run tests marked @pytest.mark.slow",
     ),
 )
 
@@ -770,20 +802,27 @@ class Settings(NamedTuple):
 SETTINGS_KEY = pytest.StashKey[Settings]()
 
 
+GROUP = "pytest-hpml (each option is also an hpml_* ini key and an HPML_* variable)"
+
+
 def register(parser: pytest.Parser) -> None:
-    """Add every option to the ``hpml`` group and its ini key, with one help text each."""
-    group = parser.getgroup("hpml", "pytest-hpml: PyTorch training tests and benchmarks")
+    """Add every option to the ``hpml`` group, with its one-line summary and default, and its
+    ini key, whose help points to the option."""
+    group = parser.getgroup("hpml", GROUP)
     for opt in OPTIONS:
-        suffix = f" [env {opt.env}, ini {opt.ini}; default: {opt.default or 'none'}]"
+        # a flag's default is off; a value's default is shown
+        shown = (
+            opt.summary if opt.flag or not opt.default else f"{opt.summary} (default {opt.default})"
+        )
         if opt.flag:
             group.addoption(
                 opt.cli,
                 action="store_true",
                 default=None,
                 dest=f"hpml_{opt.dest}",
-                help=opt.help + suffix,
+                help=shown,
             )
-            parser.addini(opt.ini, opt.help, type="bool", default=None)
+            parser.addini(opt.ini, f"see {opt.cli}", type="bool", default=None)
         else:
             bare = {"nargs": "?", "const": opt.read(opt.bare)} if opt.bare else {}
             group.addoption(
@@ -792,10 +831,10 @@ def register(parser: pytest.Parser) -> None:
                 default=None,
                 dest=f"hpml_{opt.dest}",
                 metavar=opt.metavar,
-                help=opt.help + suffix,
+                help=shown,
                 **bare,
             )
-            parser.addini(opt.ini, opt.help, default=None)
+            parser.addini(opt.ini, f"see {opt.cli}", default=None)
 
 
 def _from(opt: Option, source: str, raw: Any) -> Any:
