@@ -13,11 +13,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_hpml.config.options import (
+    BENCHMARK_OPTIONS,
     GROUP,
     INTERNAL_PREFIXES,
     MAX_THREADS,
+    NEEDS,
     OPTIONS,
+    STORED_ONLY,
     Option,
+    Settings,
     shown,
     values_given,
 )
@@ -264,6 +268,15 @@ def test_help_adds_at_most_120_lines(pytester: pytest.Pytester) -> None:
     assert ours.ret == without.ret == pytest.ExitCode.OK
     added = len(ours.outlines) - len(without.outlines)
     assert 0 < added <= 120, "\n".join(ours.outlines)
+
+
+def test_the_option_table_is_the_one_list_of_options() -> None:
+    """The settings hold one field per option of the table, in its order; what needs what, what
+    opts in and what only stored baselines read are columns of the table, not lists beside it."""
+    assert Settings._fields == (*(opt.dest for opt in OPTIONS), "sources")
+    dests = {opt.dest for opt in OPTIONS}
+    assert {*NEEDS, *NEEDS.values(), *BENCHMARK_OPTIONS, *STORED_ONLY} <= dests
+    assert len({opt.name for opt in OPTIONS}) == len(OPTIONS) == len(dests)
 
 
 def test_each_option_has_a_summary_of_one_line() -> None:

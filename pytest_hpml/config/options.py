@@ -395,6 +395,9 @@ class Option(NamedTuple):
     bare: str = ""
     # the line `pytest --help` shows (``help`` is the reference's, docs/reference/options.md)
     summary: str = ""
+    needs: str = ""  # the option (its dest) without which this one would be ignored
+    opts_in: bool = False  # giving it turns pytest-hpml's benchmarks on (Note [Opting in])
+    stored_only: bool = False  # only stored baselines read it (Note [Unread options])
 
     @property
     def cli(self) -> str:
@@ -541,6 +544,7 @@ OPTIONS: tuple[Option, ...] = (
         "compare",
         "MODE",
         summary="baselines: compare, update, append, off",
+        opts_in=True,
     ),
     Option(
         "baseline-dir",
@@ -550,6 +554,8 @@ OPTIONS: tuple[Option, ...] = (
         "baselines",
         "DIR",
         summary="directory of the baseline files",
+        opts_in=True,
+        stored_only=True,
     ),
     Option(
         "threshold",
@@ -561,6 +567,7 @@ OPTIONS: tuple[Option, ...] = (
         "0.06",
         "FRACTION",
         summary="smallest time change that counts",
+        opts_in=True,
     ),
     Option(
         "bench-time",
@@ -571,6 +578,7 @@ OPTIONS: tuple[Option, ...] = (
         "3",
         "SECONDS",
         summary="most seconds of measured rounds a benchmark",
+        opts_in=True,
     ),
     Option(
         "against",
@@ -583,6 +591,7 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "REV",
         summary="judge benchmarks against this git revision",
+        opts_in=True,
     ),
     Option(
         "pairs",
@@ -595,6 +604,8 @@ OPTIONS: tuple[Option, ...] = (
         "7",
         "N",
         summary="most pairs of processes a benchmark takes",
+        needs="against",
+        opts_in=True,
     ),
     Option(
         "against-python",
@@ -605,6 +616,8 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "PATH",
         summary="the base side's interpreter (another environment)",
+        needs="against",
+        opts_in=True,
     ),
     Option(
         "against-paths",
@@ -615,6 +628,8 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "DIRS",
         summary="directories first on sys.path of each side",
+        needs="against",
+        opts_in=True,
     ),
     Option(
         "threads",
@@ -628,6 +643,7 @@ OPTIONS: tuple[Option, ...] = (
         "auto",
         "N",
         summary="torch's CPU threads in a benchmark",
+        opts_in=True,
     ),
     Option(
         "processes",
@@ -640,6 +656,8 @@ OPTIONS: tuple[Option, ...] = (
         "3",
         "N",
         summary="processes measuring a benchmark, to compare",
+        opts_in=True,
+        stored_only=True,
     ),
     Option(
         "record-processes",
@@ -651,6 +669,8 @@ OPTIONS: tuple[Option, ...] = (
         "6",
         "N",
         summary="processes a baseline is recorded in",
+        opts_in=True,
+        stored_only=True,
     ),
     Option(
         "instructions",
@@ -668,6 +688,7 @@ OPTIONS: tuple[Option, ...] = (
         "all|changed|off",
         bare="all",
         summary="CPU instructions per call, under callgrind",
+        opts_in=True,
     ),
     Option(
         "counters",
@@ -680,6 +701,7 @@ OPTIONS: tuple[Option, ...] = (
         "classes",
         "POLICY",
         summary="counters that fail: classes, strict",
+        opts_in=True,
     ),
     Option(
         "peak-flops",
@@ -691,6 +713,7 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "FLOPS",
         summary="the device's dense peak FLOP/s, for mfu",
+        opts_in=True,
     ),
     Option(
         "machine",
@@ -700,6 +723,7 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "NAME",
         summary="a readable name for this machine",
+        opts_in=True,
     ),
     Option(
         "machine-id",
@@ -711,6 +735,7 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "ID",
         summary="which machine of its kind this one is",
+        stored_only=True,
     ),
     Option(
         "report",
@@ -720,6 +745,7 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "PATH",
         summary="write the JSON report to PATH",
+        opts_in=True,
     ),
     Option(
         "report-md",
@@ -730,6 +756,7 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "PATH",
         summary="write a Markdown summary to PATH",
+        opts_in=True,
     ),
     Option(
         "report-html",
@@ -739,6 +766,7 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "PATH",
         summary="write an HTML report with plots to PATH",
+        opts_in=True,
     ),
     Option(
         "history",
@@ -750,6 +778,7 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "DIR",
         summary="add this run to the history in DIR",
+        opts_in=True,
     ),
     Option(
         "run-slow",
@@ -1047,7 +1076,7 @@ def _check_xdist(config: pytest.Config, values: dict[str, Any], sources: dict[st
 
 
 # Options that mean something only beside another: option -> the one it needs.
-NEEDS = {"pairs": "against", "against_python": "against", "against_paths": "against"}
+NEEDS = {opt.dest: opt.needs for opt in OPTIONS if opt.needs}
 
 
 def _check_needs(values: dict[str, Any], sources: dict[str, str]) -> None:
@@ -1076,7 +1105,7 @@ def _cli(dest: str) -> str:
 
 
 # Options that only stored baselines read: their processes, directory and machine.
-STORED_ONLY = ("processes", "record_processes", "baseline_dir", "machine_id")
+STORED_ONLY = tuple(opt.dest for opt in OPTIONS if opt.stored_only)
 
 
 def _unread(
@@ -1165,27 +1194,7 @@ def _check_benchmark_plugin(
 
 
 # The options that only mean something for hpml benchmarks: giving one opts the run in.
-BENCHMARK_OPTIONS = (
-    "baseline",
-    "baseline_dir",
-    "threshold",
-    "bench_time",
-    "against",
-    "pairs",
-    "against_python",
-    "against_paths",
-    "threads",
-    "processes",
-    "record_processes",
-    "instructions",
-    "counters",
-    "peak_flops",
-    "machine",
-    "report",
-    "report_md",
-    "report_html",
-    "history",
-)
+BENCHMARK_OPTIONS = tuple(opt.dest for opt in OPTIONS if opt.opts_in)
 
 
 def _opt_in(values: dict[str, Any], sources: dict[str, str]) -> None:
