@@ -26,6 +26,7 @@ LAYERS = {
     "hookspecs": 0,
     "logs": 0,
     "storage": 0,  # the one reader and writer of files
+    "vcs": 0,  # the one runner of git
     "config": 1,
     "hardware": 2,
     "fixtures": 3,

@@ -30,14 +30,13 @@ from typing import Any
 
 import pytest
 
-from .. import _compat
+from .. import _compat, vcs
 from ..config.invocation import child_args
 from ..config.options import SETTINGS_KEY, given, shown
 from ..config.progress import Progress, plural
 from . import forkserver, reruns
 
 BASE, HEAD = "base", "head"
-GIT_TIMEOUT = 300.0  # seconds a git command may take (a worktree of a large repository)
 CHECK_TIMEOUT = 300.0  # seconds the base interpreter may take to import torch and the plugin
 SPEAK_AFTER = 10.0  # seconds of waiting for it after which a line says what is awaited
 SPEAK_EVERY = 30.0  # seconds from one such line to the next while the wait goes on
@@ -174,7 +173,7 @@ class Against:
         self._unwatch()
         if self._server is not None:
             self._server.close()
-        remove_worktree(self.top, self.directory)
+        vcs.remove_worktree(self.top, self.directory)
 
     def environment(self, side: Side) -> dict[str, str]:
         """PYTHONPATH that puts ``side``'s code first: its rootdir, src/, the ini's paths."""
@@ -527,7 +526,7 @@ def _remove_left_behind(config: pytest.Config, top: Path) -> None:
         match = _LEFT_BEHIND.match(path.name)
         if match is None or _running(int(match.group(1))):
             continue
-        remove_worktree(top, path)
+        vcs.remove_worktree(top, path)
         with _compat.uncaptured(config):
             print(
                 f"hpml: removed the base worktree {path}, which a run that ended without "
@@ -547,34 +546,17 @@ def _running(pid: int) -> bool:
     return True
 
 
-def remove_worktree(top: Path, directory: Path) -> None:
-    """Remove the worktree ``directory`` of the repository ``top`` and git's record of it;
-    safe to call twice, and on a worktree git never finished adding."""
-    with contextlib.suppress(pytest.UsageError):  # then removed below, and pruned
-        _git(top, "worktree", "remove", "--force", str(directory))
-    shutil.rmtree(directory, ignore_errors=True)
-    with contextlib.suppress(pytest.UsageError):
-        _git(top, "worktree", "prune")
+NEEDS_GIT = "--hpml-against needs git, which is not installed here (or not on PATH)"
 
 
 def _git(top: Path, *args: str) -> str:
     """Run git in ``top``; a usage error saying what failed."""
     try:
-        done = subprocess.run(
-            ["git", *args], cwd=top, capture_output=True, text=True, timeout=GIT_TIMEOUT
-        )
-    except FileNotFoundError:
-        raise pytest.UsageError(
-            "--hpml-against needs git, which is not installed here (or not on PATH)"
-        ) from None
-    except subprocess.TimeoutExpired:
-        raise pytest.UsageError(f"git {' '.join(args)} took over {GIT_TIMEOUT:g} s") from None
-    if done.returncode:
-        said = done.stderr.strip().splitlines()
-        raise pytest.UsageError(
-            f"git {' '.join(args)} failed in {top}: {said[-1] if said else done.returncode}"
-        )
-    return done.stdout
+        return vcs.git(top, *args)
+    except vcs.Missing:
+        raise pytest.UsageError(NEEDS_GIT) from None
+    except vcs.GitError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _inside(top: Path, here: Path) -> Path:
@@ -609,10 +591,10 @@ def _check_tree(against: Against, revision: str) -> None:
 
 def _toplevel(root: Path) -> Path:
     try:
-        return Path(_git(root, "rev-parse", "--show-toplevel").strip()).resolve()
-    except pytest.UsageError as exc:
-        if "not installed" in str(exc):
-            raise
+        return Path(vcs.git(root, "rev-parse", "--show-toplevel").strip()).resolve()
+    except vcs.Missing:
+        raise pytest.UsageError(NEEDS_GIT) from None
+    except vcs.GitError:
         raise pytest.UsageError(
             f"--hpml-against compares with a git revision, but the rootdir {root} is not in a "
             "git repository; run it in a clone, or compare with stored baselines "
@@ -621,39 +603,20 @@ def _toplevel(root: Path) -> Path:
 
 
 def _commit(top: Path, revision: str) -> str:
-    _check_unambiguous(top, revision)
     try:
-        found = _git(
-            top, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{revision}^{{commit}}"
-        )
-        return found.strip()
-    except pytest.UsageError:
+        return vcs.commit(top, revision)
+    except vcs.Missing:
+        raise pytest.UsageError(NEEDS_GIT) from None
+    except vcs.Ambiguous as exc:
+        raise pytest.UsageError(
+            f"--hpml-against={exc}; name one in full (--hpml-against={exc.first})"
+        ) from None
+    except vcs.GitError:
         raise pytest.UsageError(
             f"--hpml-against={revision}: no such commit in {top}; name a branch, tag or sha "
             "(git rev-parse must know it: in CI, fetch the base first, e.g. "
             "actions/checkout with fetch-depth: 0)"
         ) from None
-
-
-def _check_unambiguous(top: Path, revision: str) -> None:
-    """A usage error where ``revision`` names refs of different commits (a tag and a branch
-    both named ``x``): git picks one by its rules, silently, and maybe not the one meant."""
-    # the refs git tries for a name, in its order (git help revisions)
-    tried = [f"refs/{revision}", f"refs/tags/{revision}", f"refs/heads/{revision}"]
-    tried += [f"refs/remotes/{revision}", f"refs/remotes/{revision}/HEAD"]
-    listed = _git(top, "for-each-ref", "--format=%(refname) %(objectname) %(*objectname)", *tried)
-    commits = {}
-    for line in listed.splitlines():
-        name, _, objects = line.partition(" ")
-        if name in tried:
-            commits[name] = objects.split()[-1]  # a tag's commit, not the tag object
-    named = sorted(commits, key=tried.index)  # the first is the one git would take
-    if len(set(commits.values())) > 1:
-        raise pytest.UsageError(
-            f"--hpml-against={revision} is ambiguous: {' and '.join(named)} are different "
-            f"commits, and git would take {named[0]} unsaid; name one in full "
-            f"(--hpml-against={named[0]})"
-        )
 
 
 # What a side measures with (Python, torch and its CUDA and cuDNN, every installed

@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
+from .. import vcs
 from ..bench import reruns
 from ..bench.metrics import is_work_counter
-from ..bench.sides import _commit, _git, remove_worktree
 from ..config.progress import plural
 from ..verdict import judge, stats
 from ..verdict.baselines import BaselineError
@@ -73,28 +73,30 @@ def commits(top: Path, good: str, bad: str) -> tuple[Commit, list[Commit]]:
     if shas[0] == shas[1]:
         raise BisectError(f"{good} and {bad} are the same commit: nothing lies between them")
     try:
-        _git(top, "merge-base", "--is-ancestor", *shas)
-    except pytest.UsageError:
+        vcs.git(top, "merge-base", "--is-ancestor", *shas)
+    except vcs.GitError:
         raise BisectError(
             f"{good} is not an ancestor of {bad}: name the older, good commit first"
         ) from None
     span = f"{shas[0]}..{shas[1]}"
-    listed = _git(
+    listed = vcs.git(
         top, "log", "--format=%H %s", "--first-parent", "--ancestry-path", "--reverse", span
     )
     lines = (line.partition(" ") for line in listed.splitlines() if line)
     found = [Commit(sha, subject) for sha, _, subject in lines]
     if not found or found[-1].sha != shas[1]:
         raise BisectError(f"{bad} is not on a first-parent line from {good}")
-    subject = _git(top, "log", "-1", "--format=%s", shas[0]).strip()
+    subject = vcs.git(top, "log", "-1", "--format=%s", shas[0]).strip()
     return Commit(shas[0], subject), found
 
 
 def _revision(top: Path, revision: str) -> str:
     """The commit ``revision`` names, or a :class:`BisectError` saying it names none."""
     try:
-        return _commit(top, revision)
-    except pytest.UsageError:
+        return vcs.commit(top, revision)
+    except vcs.Ambiguous as exc:
+        raise BisectError(f"{exc}; name one in full ({exc.first})") from None
+    except vcs.GitError:
         raise BisectError(f"{revision!r} is no commit of {top}") from None
 
 
@@ -104,10 +106,10 @@ def worktree(top: Path, commit: Commit) -> Iterator[Path]:
     too."""
     directory = Path(tempfile.mkdtemp(prefix="pytest-hpml-bisect-"))
     try:
-        _git(top, "worktree", "add", "--detach", "--quiet", str(directory), commit.sha)
+        vcs.git(top, "worktree", "add", "--detach", "--quiet", str(directory), commit.sha)
         yield directory
     finally:
-        remove_worktree(top, directory)
+        vcs.remove_worktree(top, directory)
 
 
 @dataclass
@@ -208,8 +210,8 @@ class Bisect:
         self, commit: Commit, extra: list[str], first: Sequence[str] = ()
     ) -> dict[str, Any]:
         """The one result of the test at ``commit``, from a pytest run in the worktree."""
-        _git(self.tree, "checkout", "--detach", "--quiet", "--force", commit.sha)
-        _git(self.tree, "clean", "-fdxq")  # what an earlier commit's run left
+        vcs.git(self.tree, "checkout", "--detach", "--quiet", "--force", commit.sha)
+        vcs.git(self.tree, "clean", "-fdxq")  # what an earlier commit's run left
         if not (self.tree / self.here).is_dir():
             raise BisectError(
                 f"at {commit}: {self.here} (where pytest runs) is not in that commit; run "
@@ -286,15 +288,15 @@ def bisect(
     commit is named, 1 when BAD's metric is GOOD's."""
     began = time.monotonic()
     try:
-        top = Path(_git(start, "rev-parse", "--show-toplevel").strip()).resolve()
+        top = Path(vcs.git(start, "rev-parse", "--show-toplevel").strip()).resolve()
         here = start.resolve().relative_to(top)
-    except pytest.UsageError as exc:
+    except vcs.GitError as exc:
         raise BisectError(f"bisect needs a git repository: {exc}") from None
     good_commit, found = commits(top, good, bad)
     search = Bisect(top, here, test, metric, pytest_args, read, say)
     try:
         first = search.run(good_commit, found)
-    except pytest.UsageError as exc:  # git failed
+    except (vcs.GitError, pytest.UsageError) as exc:  # git failed, or a run could not start
         raise BisectError(str(exc)) from None
     took = f"{plural(search.measured, 'pytest run')}, {time.monotonic() - began:.0f} s"
     if first is None:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .. import vcs
 from ..bench import reruns
 from ..bench.fixture import BENCHMARK_KEY
 from ..bench.metrics import is_sampled
@@ -596,13 +596,13 @@ def now() -> str:
 
 def commit(root: Path) -> str | None:
     """The checked-out commit, if ``root`` is in a git repository."""
-    return _git_line(root, "rev-parse", "--short=12", "HEAD") or None
+    return vcs.line(root, "rev-parse", "--short=12", "HEAD") or None
 
 
 def commit_time(root: Path) -> str | None:
     """When the checked-out commit was committed (ISO 8601, UTC), if ``root`` is in a git
     repository: the order of commits in a history, whenever each was measured."""
-    found = _git_line(root, "log", "-1", "--format=%ct", "HEAD")
+    found = vcs.line(root, "log", "-1", "--format=%ct", "HEAD")
     if found is None or not found.isdigit():
         return None
     when = datetime.datetime.fromtimestamp(int(found), datetime.timezone.utc)
@@ -612,17 +612,8 @@ def commit_time(root: Path) -> str | None:
 def changed(root: Path) -> bool | None:
     """Whether tracked files differ from the checked-out commit (None outside git): a run of
     such a tree is not the commit's."""
-    found = _git_line(root, "status", "--porcelain", "--untracked-files=no")
+    found = vcs.line(root, "status", "--porcelain", "--untracked-files=no")
     return None if found is None else bool(found)
-
-
-def _git_line(root: Path, *args: str) -> str | None:
-    """What ``git ARGS`` prints in ``root``, stripped; None where git fails or is missing."""
-    try:
-        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return None if out.returncode else out.stdout.strip()
 
 
 VERDICTS_KEY = pytest.StashKey[Verdicts]()
