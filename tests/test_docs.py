@@ -82,3 +82,26 @@ def test_ci_runs_the_readmes_test_command() -> None:
     quickstart = readme.index("## Quickstart")
     first = readme.index("```bash", quickstart)  # the Quickstart's first command is CI's
     assert readme[first + 1] == commands[0]
+
+
+def test_each_note_states_its_rule_in_at_most_15_lines() -> None:
+    """A note states the rule the code follows; the evidence behind it is in the design log
+    (docs/design/log.md). The notes had grown to 19,900 words of measurements and history."""
+    text = (ROOT / "docs" / "notes.md").read_text(encoding="utf-8")
+    assert len(text.split()) <= 6000
+    notes = re.split(r"(?m)^(?=## Note \[)", text)[1:]
+    assert len(notes) > 40
+    long = {}
+    for note in notes:
+        lines = [line for line in note.splitlines()[1:] if line.strip()]
+        body = lines[_cited_lines(lines) :]
+        if len(body) > 15:
+            long[note.splitlines()[0]] = len(body)
+    assert long == {}
+
+
+def _cited_lines(lines: list[str]) -> int:
+    """How many of a note's first lines are its ``Cited by ...`` sentence."""
+    if not lines or not lines[0].startswith("Cited by"):
+        return 0
+    return next(i + 1 for i, line in enumerate(lines) if line.rstrip().endswith("."))
