@@ -10,7 +10,7 @@ A page asks for a table with a placeholder on a line of its own::
     <!-- hpml:fixtures -->                         the fixtures, benchmark included
     <!-- hpml:benchmark -->                        what the benchmark fixture adds
 
-Sources: ``pytest_hpml.config.options.OPTIONS`` and ``BENCHMARK_OPTIONS``,
+Sources: ``pytest_hpml.config.options.OPTIONS`` and ``resolution.BENCHMARK_OPTIONS``,
 ``pytest_hpml.config.markers.MARKERS`` (imported: neither imports torch), and the fixture
 modules ``pytest_hpml/fixtures/fixtures.py``, ``pytest_hpml/bench/fixture.py`` and
 ``pytest_hpml/bench/benchmark.py``, read with :mod:`ast` (importing them would import torch).
@@ -114,12 +114,18 @@ def _options() -> Any:
     return options
 
 
+def _resolution() -> Any:
+    from pytest_hpml.config import resolution
+
+    return resolution
+
+
 def option_names(group: str | None = None) -> list[str]:
     """The options' names (``device``, ``max-ranks``, ...), in the code's order; ``group``:
     ``benchmarks`` (--hpml-benchmarks and the options that opt a run in) or ``tests`` (the
     rest)."""
     options = _options()
-    bench = {"benchmarks", *options.BENCHMARK_OPTIONS}
+    bench = {"benchmarks", *_resolution().BENCHMARK_OPTIONS}
     if group not in (None, "benchmarks", "tests"):
         raise PlaceholderError(f"unknown option group {group!r}: benchmarks or tests")
     return [

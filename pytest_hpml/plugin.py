@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from . import hookspecs
-from .config import markers, options
+from .config import markers, options, resolution
 
 
 @pytest.hookimpl
@@ -51,9 +51,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from .fixtures import fixtures
 
     markers.register(config)
-    chosen = config.stash[options.SETTINGS_KEY] = options.resolve(config)
+    chosen = config.stash[resolution.SETTINGS_KEY] = resolution.resolve(config)
     if role.is_controller(config):
-        options.check_unread(config, chosen)
+        resolution.check_unread(config, chosen)
     config.pluginmanager.register(fixtures, "hpml-fixtures")
     if chosen.benchmarks:  # else pytest-benchmark's fixture is left alone (Note [Opting in])
         config.pluginmanager.register(bench_fixture, "hpml-benchmark")
@@ -161,7 +161,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from .fixtures.fixtures import check_selection, uses_hpml
     from .report import header
 
-    chosen = config.stash[options.SETTINGS_KEY]
+    chosen = config.stash[resolution.SETTINGS_KEY]
     if not chosen.run_slow:
         markers.deselect_slow(config, items)
     markers.warn_unused_marks(items, chosen.benchmarks)
@@ -201,7 +201,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     asks for are visible."""
     wrong = markers.problem(item) or (
         markers.benchmark_problem(item)
-        if item.config.stash[options.SETTINGS_KEY].benchmarks
+        if item.config.stash[resolution.SETTINGS_KEY].benchmarks
         else None
     )
     if wrong:
@@ -251,7 +251,7 @@ def pytest_hpml_fingerprint(config: pytest.Config) -> Any:
     from .hardware import fingerprint
     from .hardware.devices import hardware
 
-    named = config.stash[options.SETTINGS_KEY].machine_id
+    named = config.stash[resolution.SETTINGS_KEY].machine_id
     return fingerprint.current(hardware(config), named_instance=named)
 
 
@@ -295,7 +295,7 @@ class Collector:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """With --hpml-against, start the first pair while the tests run (Note [Cheaper
         processes])."""
-        if self.config.stash[options.SETTINGS_KEY].against:
+        if self.config.stash[resolution.SETTINGS_KEY].against:
             from .verdict.session import start_pairs
 
             start_pairs(self.config, session.items)
@@ -306,7 +306,7 @@ class Collector:
         # The verdict layer is imported by the first benchmark: before that, nothing to report
         # but the report files asked for, which are written whatever happened.
         judged = sys.modules.get("pytest_hpml.verdict.session")
-        chosen = self.config.stash[options.SETTINGS_KEY]
+        chosen = self.config.stash[resolution.SETTINGS_KEY]
         outputs = chosen.report or chosen.report_md or chosen.report_html or chosen.history
         if judged is None and outputs:
             from .verdict import session as judged

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
-from pytest_hpml.config.options import MAX_DEVICE_INDEX, MAX_RANKS, MAX_THREADS, shown
+from pytest_hpml.config.values import MAX_DEVICE_INDEX, MAX_RANKS, MAX_THREADS, shown
 
 if TYPE_CHECKING:
     from tests.conftest import Project

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_hpml.bench import cores
-from pytest_hpml.config.options import usable_cpus
+from pytest_hpml.config.values import usable_cpus
 from pytest_hpml.verdict import stats
 from pytest_hpml.verdict.judge import judge_ratio
 from pytest_hpml.verdict.paired import judge_paired

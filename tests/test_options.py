@@ -12,19 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_hpml.config.options import (
+from pytest_hpml.config.options import GROUP, OPTIONS, Option
+from pytest_hpml.config.resolution import (
     BENCHMARK_OPTIONS,
-    GROUP,
-    INTERNAL_PREFIXES,
-    MAX_THREADS,
     NEEDS,
-    OPTIONS,
     STORED_ONLY,
-    Option,
     Settings,
-    shown,
     values_given,
 )
+from pytest_hpml.config.values import INTERNAL_PREFIXES, MAX_THREADS, shown
 from tests.conftest import count_tests
 
 if TYPE_CHECKING:

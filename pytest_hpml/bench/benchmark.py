@@ -18,7 +18,7 @@ from typing import Any, Callable, TypeVar, cast
 
 from .. import _compat
 from ..config.markers import BenchSettings
-from ..config.options import shown, usable_cpus
+from ..config.values import shown, usable_cpus
 from ..hardware.torch_state import observed
 from . import cores as cores_free
 from . import metrics

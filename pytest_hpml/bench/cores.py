@@ -14,8 +14,8 @@ import os
 import time
 from typing import NamedTuple
 
-from ..config.options import usable_cpus
 from ..config.role import RANK_PARENT_ENV
+from ..config.values import usable_cpus
 
 # /proc/stat's fields after the CPU's name that count busy time (user nice system idle iowait
 # irq softirq steal ...): idle and iowait are not busy.

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config.options import usable_cpus
+from ..config.values import usable_cpus
 from .metrics import Instructions
 
 # A benchmark's calls are counted until at least this many instructions were counted, or

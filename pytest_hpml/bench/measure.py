@@ -306,7 +306,7 @@ def measure(
 def load_per_core() -> float | None:
     """The 1-minute load average per CPU this process may use (None where there is none):
     above 1, runnable work was waiting for a core (Note [Busy machine])."""
-    from ..config.options import usable_cpus
+    from ..config.values import usable_cpus
 
     try:
         load = os.getloadavg()[0]

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
-from ..config.options import shown
+from ..config.values import shown
 
 Record = dict[str, Any]  # a metric record in its plain-dict form
 

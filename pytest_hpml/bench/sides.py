@@ -32,8 +32,9 @@ import pytest
 
 from .. import _compat, vcs
 from ..config.invocation import child_args
-from ..config.options import SETTINGS_KEY, given, shown
 from ..config.progress import Progress, plural
+from ..config.resolution import SETTINGS_KEY
+from ..config.values import given, shown
 from . import forkserver, reruns
 
 BASE, HEAD = "base", "head"

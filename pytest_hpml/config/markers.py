@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from .options import DEVICE_TYPES, PRECISIONS, number, parse_seconds
+from .values import DEVICE_TYPES, PRECISIONS, number, parse_seconds
 
 MARKERS = {
     "gpu": "gpu(count=1, memory_gb=None, capability=None): skip unless at least `count` CUDA "

@@ -6,7 +6,7 @@ of a distributed test (spawned by pytest-hpml, or pytest itself launched by torc
 or srun). Every place that must behave differently asks :func:`role` (or the one predicate
 :func:`is_controller`), never the environment or ``config.workerinput`` itself.
 
-What the user chose stays in :class:`~pytest_hpml.config.options.Settings`; what this process
+What the user chose stays in :class:`~pytest_hpml.config.resolution.Settings`; what this process
 does with it (the baseline mode in force here, its share of the measuring time, whether it
 writes reports) is its :class:`Duty`. A process that a run started for its own use (a rerun, a
 spawned rank) dies with the process that started it (:func:`die_with_parent`).
@@ -28,7 +28,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from .options import SETTINGS_KEY, Settings, digits, quoted, say, whole
+from .resolution import SETTINGS_KEY, Settings, say
+from .values import digits, quoted, whole
 
 # The rerun channel (Note [Internal variables]): the path of the JSON that tells a rerun process
 # what to do, in a variable no user sets by accident, acted on only when the file is a request

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 
 from ..config import markers
-from ..config.options import OPTIONS, usable_cpus
+from ..config.options import OPTIONS
 from ..config.role import (
     RANK_PARENT_ENV,
     RANK_RESULT_ENV,
@@ -25,6 +25,7 @@ from ..config.role import (
     missing_backend,
     settings,
 )
+from ..config.values import usable_cpus
 from ..hardware import gpus
 from ..hardware.devices import devices, hardware
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config.options import usable_cpus
+from ..config.values import usable_cpus
 
 FIELDS = ("cpu", "cores", "gpus", "driver", "cuda", "torch", "python", "system")
 

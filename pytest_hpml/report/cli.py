@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from ..bench.metrics import kind_of, per_second
-from ..config.options import number
+from ..config.values import number
 from ..storage import reader, writer
 from ..verdict import baselines, changes, judge, policy, stats
 from ..verdict.baselines import BaselineError

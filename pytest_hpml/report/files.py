@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pytest
 
-from ..config.options import explicit
+from ..config.resolution import explicit
 from ..storage import reader, writer
 from ..verdict import baselines, stats
 from .text import (

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from ..config.options import Settings
+from ..config.resolution import Settings
 from ..config.role import settings
 
 

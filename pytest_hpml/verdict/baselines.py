@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..bench.metrics import is_sampled, kind_of
-from ..config.options import number, shown
+from ..config.values import number, shown
 from ..hardware.fingerprint import Fingerprint
 from ..storage import reader, writer
 from ..storage.reader import at

@@ -22,8 +22,8 @@ from ..bench import reruns
 from ..bench.fixture import BENCHMARK_KEY
 from ..bench.metrics import is_sampled
 from ..config import markers
-from ..config.options import Settings
 from ..config.progress import Progress, plural
+from ..config.resolution import Settings
 from ..config.role import Duty, duty, is_controller, settings
 from ..hardware import fingerprint
 from ..storage import writer
