@@ -148,6 +148,25 @@ def test_a_bad_revision_is_one_line(
     assert err.count("\n") == 1
 
 
+def test_an_ambiguous_revision_is_one_line_naming_both(
+    project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tag and a branch both named x, at different commits: git takes the tag unsaid; the
+    command said x was no commit."""
+    project.pytester.makepyfile(steps="x = 1\n")
+    git(project.path, "init", "-q")
+    for revision in range(4):
+        git(project.path, "commit", "-q", "--allow-empty", "-m", f"revision {revision}")
+    git(project.path, "tag", "x", "HEAD~3")
+    git(project.path, "branch", "x", "HEAD~2")
+    code, out, err = run_cli(capsys, "bisect", "x", "HEAD", "-k", "test_step")
+    assert (code, out) == (2, "")
+    assert err == (
+        "pytest-hpml: error: x is ambiguous: refs/tags/x and refs/heads/x are different commits, "
+        "and git would take refs/tags/x unsaid; name one in full (refs/tags/x)\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("selected", "metric", "said"),
     [
