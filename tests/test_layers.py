@@ -52,17 +52,11 @@ def modules() -> dict[str, Path]:
 
 def imported(path: Path, name: str) -> Iterator[str]:
     """The pytest_hpml modules ``path`` (module ``name``) imports, wherever the import is."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             yield from (a.name for a in node.names if a.name.startswith("pytest_hpml"))
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                origin = ".".join([*base, node.module] if node.module else base)
-            else:
-                origin = node.module or ""
+            origin = _origin(node, name, path)
             if not origin.startswith("pytest_hpml"):
                 continue
             known = modules()
@@ -156,6 +150,51 @@ def test_the_cycle_check_finds_a_lazy_cycle(
     monkeypatch.setattr(f"{__name__}.PACKAGE", copy)
     with pytest.raises(AssertionError, match=r"metrics -> pytest_hpml.bench.reruns"):
         test_no_module_imports_itself_back()
+
+
+def test_no_module_reaches_a_private_name_of_another_part() -> None:
+    """A name with a leading underscore is its module's own business within its part of the
+    package (``bench``, ``report``, ...): bisect had imported ``_git`` and ``_commit`` of
+    ``bench.sides`` and called ``reruns._run``. ``_compat`` is the one place for private
+    APIs of pytest, pytest-benchmark and torch, and may be reached from anywhere."""
+    found = set()
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported_modules = {}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            origin = _origin(node, name, path)
+            if not origin.startswith("pytest_hpml"):
+                continue
+            for alias in node.names:
+                full = f"{origin}.{alias.name}"
+                if full in modules():
+                    imported_modules[alias.asname or alias.name] = full
+                elif _private(alias.name) and part(origin) != part(name):
+                    found.add((name, full))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                module = imported_modules.get(node.value.id)
+                if module is None or not _private(node.attr) or part(module) == "_compat":
+                    continue
+                if part(module) != part(name):
+                    found.add((name, f"{module}.{node.attr}"))
+    assert found == set()
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _origin(node: ast.ImportFrom, name: str, path: Path) -> str:
+    """The module an ``import from`` of module ``name`` (at ``path``) names, made absolute."""
+    if not node.level:
+        return node.module or ""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    base = package.split(".")
+    base = base[: len(base) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
 
 
 def test_every_note_the_code_cites_is_in_the_notes() -> None:

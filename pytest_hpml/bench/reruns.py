@@ -168,7 +168,7 @@ def ask(
         }
         with os.fdopen(handle, "w", encoding="utf-8") as written:
             json.dump(wanted, written)
-        done = _run(
+        done = run_captured(
             [*wrapper, python, "-m", "pytest", *(child_args(config) if args is None else args)],
             cwd=cwd or config.invocation_params.dir,
             env={**os.environ, **measuring_environment(config), **(env or {}), RERUN_ENV: name},
@@ -192,7 +192,7 @@ def measuring_environment(config: pytest.Config) -> dict[str, str]:
     return thread_environment(measuring_threads(config))
 
 
-def _run(
+def run_captured(
     command: list[str],
     started: Callable[[Process], None] | None = None,
     server: Server | None = None,

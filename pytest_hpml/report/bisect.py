@@ -219,7 +219,7 @@ class Bisect:
             )
         report = self.scratch / f"{self.measured}.json"
         self.measured += 1
-        done = reruns._run(
+        done = reruns.run_captured(
             [*self._command(first), *extra, f"--hpml-report={report}"],
             cwd=self.tree / self.here,
             env=self._environment(),
