@@ -81,7 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
     asked = role.rerun_request()
     rerun = None
     if asked is not None:  # a process started to measure benchmarks again
-        from .bench.reruns import Rerun
+        from .bench.rerun import Rerun
         from .verdict.session import verdicts
 
         rerun = Rerun(asked, results=lambda: verdicts(config).results)
