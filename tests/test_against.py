@@ -155,7 +155,7 @@ def test_progress_lines_say_how_far_the_pairs_got_in_a_log(repo: Project) -> Non
 
 
 def test_a_wait_for_a_process_of_a_pair_says_what_it_waits_for(repo: Project) -> None:
-    """A base whose benchmark takes long to warm up: a line after 10 s (sides.SPEAK_AFTER)
+    """A base whose benchmark takes long to warm up: a line after 10 s (SPEAK_AFTER)
     names the pair, the side and the stage; the run went silent for as long before."""
     mark = repo.path / "slept"  # outside the base worktree, which the run makes elsewhere
     slow = (
@@ -694,20 +694,20 @@ def test_an_interpreter_without_the_plugin_is_a_usage_error(repo: Project, tmp_p
 
 def test_a_slow_interpreter_is_said_to_be_awaited(monkeypatch: pytest.MonkeyPatch) -> None:
     """A base interpreter that takes its time (a cold disk, a wrapper) was 300 s of silence."""
-    from pytest_hpml.bench import sides
+    from pytest_hpml.bench import environment
 
-    monkeypatch.setattr(sides, "SPEAK_AFTER", 0.2)
+    monkeypatch.setattr(environment, "SPEAK_AFTER", 0.2)
     said: list[str] = []
     slow = subprocess.Popen(
         ["sh", "-c", "sleep 1; echo '{\"packages\": {}}'"], stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    found, why = sides.described(slow, lambda: said.append("waiting"))
+    found, why = environment.described(slow, lambda: said.append("waiting"))
     assert (found, why, said) == ({"packages": {}}, "", ["waiting"])
     quick = subprocess.Popen(
         ["echo", '{"packages": {}}'], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    assert sides.described(quick, lambda: said.append("again"))[0] == {"packages": {}}
+    assert environment.described(quick, lambda: said.append("again"))[0] == {"packages": {}}
     assert said == ["waiting"]  # nothing said of a quick one
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
-import json
 import os
 import random
 import re
@@ -36,11 +35,17 @@ from ..config.progress import Progress, plural
 from ..config.resolution import SETTINGS_KEY
 from ..config.values import given, shown
 from . import forkserver, reruns
+from .environment import (
+    CHECK_TIMEOUT,
+    SPEAK_AFTER,
+    describe_here,
+    described,
+    describing,
+    version,
+)
 
 BASE, HEAD = "base", "head"
-CHECK_TIMEOUT = 300.0  # seconds the base interpreter may take to import torch and the plugin
-SPEAK_AFTER = 10.0  # seconds of waiting for it after which a line says what is awaited
-SPEAK_EVERY = 30.0  # seconds from one such line to the next while the wait goes on
+SPEAK_EVERY = 30.0  # seconds from one line saying what a pair waits for to the next
 # Pairs that count the work (the others only time): two processes a side show a count that
 # varies with the input (Note [Torch state]).
 COUNTED_PAIRS = 2
@@ -620,96 +625,6 @@ def _commit(top: Path, revision: str) -> str:
         ) from None
 
 
-# What a side measures with (Python, torch and its CUDA and cuDNN, every installed
-# distribution's version): run in another interpreter, it imports what that side's processes
-# will import first, so that an environment that cannot measure fails there, clearly, and
-# prints one JSON line.
-DESCRIBE = """
-import json, platform, sys
-from importlib import metadata
-
-
-def describe():
-    found = {"python": platform.python_version(), "executable": sys.executable, "packages": {}}
-    for dist in metadata.distributions():
-        name = dist.metadata.get("Name")
-        if name:
-            found["packages"][name.lower().replace("_", "-")] = dist.version
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        found["torch"] = torch.__version__
-        found["cuda"] = torch.version.cuda
-        cudnn = torch.backends.cudnn
-        found["cudnn"] = cudnn.version() if cudnn.is_available() else None
-    return found
-"""
-
-
-def describing(python: str, modules: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    """Start describing the environment of ``python`` (see :data:`DESCRIBE`), importing
-    ``modules`` first."""
-    imports = "".join(f"import {m}\n" for m in modules)
-    code = imports + DESCRIBE + "print(json.dumps(describe()))\n"
-    return subprocess.Popen(
-        [python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
-
-
-def describe_here(modules: Sequence[str]) -> dict[str, Any] | None:
-    """:data:`DESCRIBE` run in this interpreter, the head side's, once it imported
-    ``modules`` (torch mostly is already, by the collection): no interpreter of its own that
-    imports torch beside this one's start (Note [Cheaper processes]). None where one of them
-    cannot be imported."""
-    try:
-        for module in modules:
-            importlib.import_module(module)
-    except Exception:  # the tests that need it fail, saying why
-        return None
-    namespace: dict[str, Any] = {}
-    exec(DESCRIBE, namespace)  # the very code another interpreter runs: one description
-    described: dict[str, Any] | None = namespace["describe"]()
-    return described
-
-
-def described(
-    started: subprocess.Popen[str], waiting: Callable[[], None] = lambda: None
-) -> tuple[dict[str, Any] | None, str]:
-    """What :func:`describing` found, or None and why not; ``waiting`` says what is awaited,
-    once it has taken :data:`SPEAK_AFTER` seconds."""
-    try:
-        try:
-            out, err = started.communicate(timeout=SPEAK_AFTER)
-        except subprocess.TimeoutExpired:
-            waiting()
-            out, err = started.communicate(timeout=CHECK_TIMEOUT - SPEAK_AFTER)
-    except subprocess.TimeoutExpired:
-        started.kill()
-        started.communicate()
-        return None, f"took over {CHECK_TIMEOUT:g} s"
-    if started.returncode:
-        return None, (err.strip().splitlines() or [f"exit {started.returncode}"])[-1]
-    try:
-        found = json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return None, "it printed no description"
-    packages = found.get("packages") if isinstance(found, dict) else None
-    if not isinstance(packages, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in packages.items()
-    ):  # another program's JSON: what it says of its packages cannot be compared
-        return None, "it printed JSON that describes no environment"
-    return found, ""
-
-
-def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
-
-    try:
-        return installed("pytest-hpml")
-    except PackageNotFoundError:
-        return "?"
-
-
 def _named(config: pytest.Config, dest: str, value: Any) -> str:
     """An option's value as messages name it, with the source that gave it
     (``HPML_AGAINST_PYTHON=python3 -S``, ``ini hpml_against_paths = src``)."""
@@ -799,19 +714,6 @@ def _check_paths(config: pytest.Config, paths: Sequence[str]) -> tuple[str, ...]
             "the rootdir, relative to it (such as src)"
         )
     return tuple(paths)
-
-
-def differences(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
-    """What differs between two sides' environments: Python, then each distribution whose
-    version differs (``torch 2.14.1 -> 2.15.0``), or that one side lacks (``nni - -> 3.0``)."""
-    found = []
-    if base.get("python") != head.get("python"):
-        found.append(f"Python {base.get('python')} -> {head.get('python')}")
-    theirs, ours = base.get("packages", {}), head.get("packages", {})
-    for name in sorted({*theirs, *ours}):
-        if theirs.get(name) != ours.get(name):
-            found.append(f"{name} {theirs.get(name, '-')} -> {ours.get(name, '-')}")
-    return found
 
 
 AGAINST_KEY = pytest.StashKey[Against]()

@@ -188,7 +188,7 @@ def against_block(against: Any) -> dict[str, Any]:
     """What a report says of the two sides of ``--hpml-against`` (a ``bench.sides.Against``):
     each one's revision, interpreter, Python, torch, CUDA and cuDNN, and the installed
     distributions whose versions differ, each read from that side's own interpreter."""
-    from ..bench.sides import differences
+    from ..bench.environment import differences
 
     environments = against.environments()
     return {
