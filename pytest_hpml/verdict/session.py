@@ -44,7 +44,8 @@ PAIR_WINDOW = 1.0
 
 def pair_window(settings: Settings, benchmarks: int) -> float:
     """Seconds of rounds a benchmark gets in each process of the pairs, with --hpml-against:
-    its share of --hpml-bench-time, ten slices or more (Note [Slices])."""
+    its share of --hpml-bench-time, ten slices or more at the default bench time and pairs
+    (Note [Slices])."""
     shared = settings.bench_time / (4 * settings.pairs)
     return max(shared, min(settings.bench_time, PAIR_WINDOW) / max(benchmarks, 1))
 
