@@ -232,7 +232,7 @@ def test_the_pairs_say_how_many_were_unsettled_at_the_cap_and_how_many_let_go_ea
     side = Side("base", Path("."), "0" * 12, sys.executable)
     found = Pairs(side, side, measured=[{}] * 5, cap=5, benchmarks=3, looks=[(3, 2), (5, 2)])
     assert found.stopped() == "1 of 3 unsettled at the cap of 5"
-    found.hopeless.add("test_inner.py::test_hopeless")
+    found.let_go.add("test_inner.py::test_hopeless")
     assert found.stopped() == (
         "1 of 3 unsettled at the cap of 5; 1 more let go earlier: it would not settle them"
     )

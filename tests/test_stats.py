@@ -748,7 +748,7 @@ def test_head_against_base_controls_the_session_at_the_pairs_level() -> None:
     assert "needs < 0.01" in stored[0]["verdicts"]["time"]["reason"]
 
 
-def test_a_pass_the_cap_would_not_settle_is_hopeless_and_one_it_might_is_not() -> None:
+def test_a_pass_the_cap_would_not_settle_is_let_go_and_one_it_might_is_not() -> None:
     """Pairs 8% apart: their mean agrees with no change, the interval is wide. Narrowed as 7
     pairs would narrow it, it fits within 10% but not within 6%."""
     wide = [1.0, 1.08, 0.925]
@@ -757,17 +757,17 @@ def test_a_pass_the_cap_would_not_settle_is_hopeless_and_one_it_might_is_not() -
     assert (six.verdict, ten.verdict) == (stats.PASS, stats.PASS)
     assert not stats.settled(six)
     assert not stats.settled(ten)
-    assert stats.hopeless(six, 3, 7, 3)
-    assert not stats.hopeless(ten, 3, 7, 3)
-    assert not stats.hopeless(six, 7, 7, 3)  # at the cap there is nothing more to measure
+    assert stats.let_go(six, 3, 7, 3)
+    assert not stats.let_go(ten, 3, 7, 3)
+    assert not stats.let_go(six, 7, 7, 3)  # at the cap there is nothing more to measure
     # nor where the middle pair saw a change beyond the threshold, or where the interval
     # rests on under 2 degrees of freedom
-    assert not stats.hopeless(dataclasses.replace(six, pairs=(1.3, 1.063, 1.016)), 3, 7, 3)
-    assert not stats.hopeless(dataclasses.replace(six, degrees=1.3), 3, 7, 3)
+    assert not stats.let_go(dataclasses.replace(six, pairs=(1.3, 1.063, 1.016)), 3, 7, 3)
+    assert not stats.let_go(dataclasses.replace(six, degrees=1.3), 3, 7, 3)
     # a change beyond the threshold that the pairs do not yet show is never let go
     unsure = stats.compare_pairs([1.08, 1.25, 0.99], threshold=0.06, looks=3)
     assert unsure.verdict == stats.INCONCLUSIVE
-    assert not stats.hopeless(unsure, 3, 7, 3)
+    assert not stats.let_go(unsure, 3, 7, 3)
 
 
 def adaptive(change: float, sigma: float, seed: int, futility: bool, cap: int = 7) -> tuple:
@@ -778,16 +778,16 @@ def adaptive(change: float, sigma: float, seed: int, futility: bool, cap: int = 
     looks = stats.looks(cap)
     for done in looks:
         result = stats.compare_pairs(ratios[:done], threshold=0.06, looks=len(looks))
-        stop = futility and stats.hopeless(result, done, cap, len(looks))
+        stop = futility and stats.let_go(result, done, cap, len(looks))
         if stats.settled(result) or stop or done == cap:
             return result.verdict, done
     raise AssertionError("the last look is the cap")
 
 
 @pytest.mark.parametrize("sigma", [0.03, 0.05])
-def test_letting_hopeless_passes_go_costs_little_power_and_saves_pairs(sigma: float) -> None:
+def test_letting_passes_go_costs_little_power_and_saves_pairs(sigma: float) -> None:
     """The method alone, on 200 seeded comparisons a case (no measurement is claimed here):
-    letting hopeless passes go catches a 15% change nearly as often (at most 5 in 200 fewer),
+    letting such passes go catches a 15% change nearly as often (at most 5 in 200 fewer),
     calls no more unchanged ones regressed, and takes at least 0.25 pairs fewer on them."""
     seeds = range(200)
     caught = [

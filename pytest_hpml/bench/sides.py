@@ -86,25 +86,25 @@ class Pairs:
     # at each look (Note [Adaptive pairs]): pairs done, and how many benchmarks were settled
     looks: list[tuple[int, int]] = field(default_factory=list)
     # the benchmarks no longer measured although unsettled: the cap would not settle them
-    hopeless: set[str] = field(default_factory=set)
+    let_go: set[str] = field(default_factory=set)
 
     def stopped(self) -> str:
         """Why the pairs stopped where they did, in words."""
         done, benchmarks = len(self.measured), self.benchmarks
         if done < self.cap and self.looks and self.looks[-1][1] == benchmarks:
             stopped = f"after {done} of at most {plural(self.cap, 'pair')}"
-            if not self.hopeless:
+            if not self.let_go:
                 return f"every verdict settled {stopped}"
             return (
                 f"every verdict settled {stopped}, or could not be by the cap "
-                f"({len(self.hopeless)} of {benchmarks})"
+                f"({len(self.let_go)} of {benchmarks})"
             )
         settled = self.looks[-1][1] if self.looks else 0
         if done >= self.cap and settled < benchmarks:
             stopped = f"{benchmarks - settled} of {benchmarks} unsettled at the cap of {self.cap}"
-            if not self.hopeless:
+            if not self.let_go:
                 return stopped
-            return f"{stopped}; {len(self.hopeless)} more let go earlier: it would not settle them"
+            return f"{stopped}; {len(self.let_go)} more let go earlier: it would not settle them"
         return ""
 
     def names(self, side: str, test: str) -> set[str]:

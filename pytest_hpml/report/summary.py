@@ -403,4 +403,4 @@ def _has(result: dict[str, Any], verdict: str) -> bool:
 
 def _let_go(verdicts: Any) -> set[str]:
     """The benchmarks head against base stopped measuring unsettled (Note [Adaptive pairs])."""
-    return verdicts.pairs.hopeless if verdicts.pairs is not None else set()
+    return verdicts.pairs.let_go if verdicts.pairs is not None else set()

@@ -221,7 +221,7 @@ class Verdicts:
         for name, record in metrics.items():
             verdict = self._against(result, name, record, self.pairs)
             # only a time or rate is judged on the pairs: a recorded value has no interval
-            let_go = result["test"] in self.pairs.hopeless and is_sampled(record)
+            let_go = result["test"] in self.pairs.let_go and is_sampled(record)
             if let_go and not stats.settled(verdict):
                 reason = (
                     f"{verdict.reason}; not measured beyond {len(verdict.pairs or ())} pairs: "
@@ -245,7 +245,7 @@ class Verdicts:
             test = result["test"]
             if (on_base is not None and test not in on_base) or test in failed:
                 continue  # nothing to compare with, or it would fail again
-            if test in found.hopeless:  # let go at an earlier look: no pair measured it since
+            if test in found.let_go:  # let go at an earlier look: no pair measured it since
                 continue
             judged = [
                 self._against(result, name, record, found)
@@ -254,8 +254,8 @@ class Verdicts:
             ]
             if all(stats.settled(c) for c in judged):
                 continue
-            if all(stats.settled(c) or stats.hopeless(c, done, found.cap, looks) for c in judged):
-                found.hopeless.add(test)
+            if all(stats.settled(c) or stats.let_go(c, done, found.cap, looks) for c in judged):
+                found.let_go.add(test)
                 continue
             measuring.append(test)
         return measuring

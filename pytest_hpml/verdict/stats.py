@@ -330,7 +330,7 @@ def settled(result: Comparison) -> bool:
     return _within(result.settling or result.interval, result.threshold)
 
 
-def hopeless(result: Comparison, done: int, cap: int, looks: int) -> bool:
+def let_go(result: Comparison, done: int, cap: int, looks: int) -> bool:
     """Whether a pass that is not settled after ``done`` pairs (its level shared by
     ``looks``) would still not be at ``cap`` pairs, were its change to stay where it is, and
     could not become a regression then either: its change lies within the threshold (the
@@ -364,7 +364,7 @@ def hopeless(result: Comparison, done: int, cap: int, looks: int) -> bool:
     return not _within((math.expm1(middle - half), math.expm1(middle + half)), result.threshold)
 
 
-# A pass is let go as hopeless only where its change lies within this share of the threshold
+# A pass is let go only where its change lies within this share of the threshold
 # (Note [Adaptive pairs], futility).
 FUTILE_SHARE = 0.5
 
