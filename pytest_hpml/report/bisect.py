@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from .. import vcs
 from ..bench import reruns
 from ..bench.metrics import is_work_counter
@@ -296,7 +294,7 @@ def bisect(
     search = Bisect(top, here, test, metric, pytest_args, read, say)
     try:
         first = search.run(good_commit, found)
-    except (vcs.GitError, pytest.UsageError) as exc:  # git failed, or a run could not start
+    except vcs.GitError as exc:
         raise BisectError(str(exc)) from None
     took = f"{plural(search.measured, 'pytest run')}, {time.monotonic() - began:.0f} s"
     if first is None:
