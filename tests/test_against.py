@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 import os
 import shutil
 import signal
@@ -250,31 +251,45 @@ def test_settled_benchmarks_stop_and_the_others_run_to_the_cap(repo: Project) ->
     result = repo.run("--hpml-against=HEAD", BENCH_TIME, "--hpml-pairs=5", "--hpml-report=r.json")
     report = json.loads((repo.path / "r.json").read_text())
     against, out = report["against"], result.stdout.str()
+    results = {r["test"].rsplit("::", 1)[1]: r["verdicts"] for r in report["results"]}
+    processes: dict[str, set[str]] = {}
+    for line in (repo.path / "ran.txt").read_text().splitlines():
+        pid, name = line.split()
+        processes.setdefault(name, set()).add(pid)
+    # Whatever the pairs measured: the head side's processes are this session's and one a pair,
+    # 3 for a benchmark that stopped at the first look and all of the run's for the others
+    counts = {name: len(pids) for name, pids in processes.items()}
+    first, settled_first = against["looks"][0]
+    assert set(counts.values()) <= {1 + first, 1 + against["pairs"]}, out
+    stopped = [name for name, count in counts.items() if count == 1 + first]
+    assert len(stopped) == settled_first or against["pairs"] == first, out
+    # The path itself holds where the sleeps kept their design: a host busy enough to stretch a
+    # 20 ms sleep by more than 0.5% moves the ratios out of the band that gives it (SPREAD)
+    designed = (1.098, 1 / 1.098, 1.0)
+    kept = all(
+        abs(math.log(ratio / aim)) < 0.005
+        for name in ("test_spread", "test_hopeless")
+        for ratio, aim in zip(results[name]["time"]["pairs"][:3], designed)
+    )
+    if not kept:
+        return
     assert (against["pairs"], against["cap"]) == (5, 5), out
-    assert against["looks"][0] == [3, 2], out  # test_timed settled, test_hopeless let go
+    assert (first, settled_first) == (3, 2), out  # test_timed settled, test_hopeless let go
     verdicts = table_verdicts(repo, result)
     assert verdicts["test_timed"] == "regressed", out
-    hopeless = next(r for r in report["results"] if r["test"].endswith("::test_hopeless"))
-    reason = hopeless["verdicts"]["time"]["reason"]
+    reason = results["test_hopeless"]["time"]["reason"]
     assert "not measured beyond 3 pairs: at this spread, 5 would not settle it either" in reason
-    assert "not measured beyond" not in hopeless["verdicts"]["sleeps"]["reason"], out
+    assert "not measured beyond" not in results["test_hopeless"]["sleeps"]["reason"], out
     assert ", or (a pass; 1 here) once its interval, narrowed as the cap's pairs" in out
     # the cap's look counts test_hopeless, let go at the first, among the settled, as the first
     # did; test_spread is settled there too where its 5 pairs fit its interval in 15%
-    spread = next(r for r in report["results"] if r["test"].endswith("::test_spread"))
-    spread_time = spread["verdicts"]["time"]  # settled: beyond the threshold, or within it
+    spread_time = results["test_spread"]["time"]  # settled: beyond the threshold, or within it
     decided = spread_time["verdict"] in (stats.REGRESSED, stats.IMPROVED)
     settled = decided or stats.quiet(spread_time)  # an inconclusive one is neither
     assert against["looks"][-1] == [5, 2 + settled], out
     if not settled:
         let_go = "1 of 3 unsettled at the cap of 5; 1 more let go earlier: it would not settle them"
         assert let_go in out, out
-    processes: dict[str, set[str]] = {}
-    for line in (repo.path / "ran.txt").read_text().splitlines():
-        pid, name = line.split()
-        processes.setdefault(name, set()).add(pid)
-    # the head side's processes: this session's and one a pair, for as many pairs as it got
-    counts = {name: len(pids) for name, pids in processes.items()}
     assert counts == {"timed": 4, "spread": 6, "hopeless": 4}, out
 
 
@@ -282,6 +297,7 @@ def test_settled_benchmarks_stop_and_the_others_run_to_the_cap(repo: Project) ->
 # test's set-up began, and when each of its benchmark's calls began and ended.
 TIMELINE = """
 import json
+import math
 import os
 import time
 
@@ -361,6 +377,7 @@ def test_the_processes_of_a_pair_start_together_and_measure_in_turn(
 # A call of 0.1 s: each process writes how many samples it took and how many calls warmed up.
 LONG = """
 import json
+import math
 import os
 import time
 
@@ -390,6 +407,7 @@ def test_a_pairs_process_takes_three_samples_of_a_long_call(repo: Project, tmp_p
 # ranks they belong to (their directory), and whether torch came with the process.
 RANKS = """
 import json
+import math
 import os
 import sys
 import time
