@@ -60,7 +60,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(Collector(config), "hpml-verdicts")
 
     def budget(test: str) -> float:
-        from .verdict.session import verdicts
+        from .run.session import verdicts
 
         return verdicts(config).budget(test)
 
@@ -82,7 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
     rerun = None
     if asked is not None:  # a process started to measure benchmarks again
         from .bench.rerun import Rerun
-        from .verdict.session import verdicts
+        from .run.session import verdicts
 
         rerun = Rerun(asked, results=lambda: verdicts(config).results)
         config.pluginmanager.register(rerun, "hpml-rerun")
@@ -189,7 +189,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return None
     from .bench.sides import rank_forker
     from .distributed.spawn import spawn_protocol
-    from .verdict.session import verdicts
+    from .run.session import verdicts
 
     forker = functools.partial(rank_forker, item.config)
     return spawn_protocol(item, nextitem, budget=verdicts(item.config).budget, forker=forker)
@@ -229,7 +229,7 @@ def pytest_runtest_makereport(
 
     report = yield
     if call.when == "call" and report.passed and BENCHMARK_KEY in item.stash:
-        from .verdict.session import verdicts
+        from .run.session import verdicts
 
         payload = verdicts(item.config).payload(item)
         if payload is not None:
@@ -287,7 +287,7 @@ class Collector:
 
         for name, value in report.user_properties:
             if name == PROPERTY and isinstance(value, dict):
-                from .verdict.session import verdicts
+                from .run.session import verdicts
 
                 verdicts(self.config).collect(value)
 
@@ -296,7 +296,7 @@ class Collector:
         """With --hpml-against, start the first pair while the tests run (Note [Cheaper
         processes])."""
         if self.config.stash[resolution.SETTINGS_KEY].against:
-            from .verdict.session import start_pairs
+            from .run.session import start_pairs
 
             start_pairs(self.config, session.items)
 
@@ -305,23 +305,24 @@ class Collector:
         """Measure again, write reports, record baselines, fail the session on a regression."""
         # The verdict layer is imported by the first benchmark: before that, nothing to report
         # but the report files asked for, which are written whatever happened.
-        judged = sys.modules.get("pytest_hpml.verdict.session")
+        judged = sys.modules.get("pytest_hpml.run.session")
         chosen = self.config.stash[resolution.SETTINGS_KEY]
         outputs = chosen.report or chosen.report_md or chosen.report_html or chosen.history
         if judged is None and outputs:
-            from .verdict import session as judged
+            from .run import session as judged
         if (
             judged is None
             and chosen.benchmarks
             and getattr(session.config.option, "numprocesses", None)
         ):
-            from .verdict import session as judged  # it may say why nothing was recorded
+            from .run import session as judged  # it may say why nothing was recorded
         found = None if judged is None else judged.reported(self.config)
         try:
             if found is not None:
-                from .report.summary import finish
+                from .report.summary import REPORTING
+                from .run.finish import finish
 
-                finish(session, found)
+                finish(session, found, REPORTING)
         finally:
             against = self.config.pluginmanager.get_plugin("hpml-against-finish")
             if against is not None:  # the pairs are over (Note [Ending signals])
@@ -330,7 +331,7 @@ class Collector:
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """Print the verdict table, then what regressed, improved or could not be read."""
-        judged = sys.modules.get("pytest_hpml.verdict.session")
+        judged = sys.modules.get("pytest_hpml.run.session")
         found = None if judged is None else judged.reported(self.config)
         if found is not None:
             from .report.summary import terminal

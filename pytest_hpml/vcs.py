@@ -5,6 +5,7 @@ it for its own command (a usage error, a bisect error, or no commit line)."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import shutil
 import subprocess
 from pathlib import Path
@@ -95,3 +96,25 @@ def _check_unambiguous(top: Path, revision: str) -> None:
             f"would take {named[0]} unsaid",
             named[0],
         )
+
+
+def head_commit(root: Path) -> str | None:
+    """The checked-out commit (12 digits), if ``root`` is in a git repository."""
+    return line(root, "rev-parse", "--short=12", "HEAD") or None
+
+
+def commit_time(root: Path) -> str | None:
+    """When the checked-out commit was committed (ISO 8601, UTC), if ``root`` is in a git
+    repository: the order of commits in a history, whenever each was measured."""
+    found = line(root, "log", "-1", "--format=%ct", "HEAD")
+    if found is None or not found.isdigit():
+        return None
+    when = datetime.datetime.fromtimestamp(int(found), datetime.timezone.utc)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def changed(root: Path) -> bool | None:
+    """Whether tracked files differ from the checked-out commit (None outside git): a run of
+    such a tree is not the commit's."""
+    found = line(root, "status", "--porcelain", "--untracked-files=no")
+    return None if found is None else bool(found)

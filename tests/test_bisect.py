@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_hpml.report import cli
+from pytest_hpml import cli
 from tests.conftest import DUMPS_STACKS, git, interrupt, interruptible
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """The package's layers: imports point one way, config -> hardware ->
-fixtures/distributed/bench -> verdict -> report, and no module imports itself back through
+fixtures/distributed/bench -> verdict -> run -> report, and no module imports itself back through
 others.
 
 Read from the source (every ``import`` statement, those inside functions and under
@@ -34,10 +34,12 @@ LAYERS = {
     "bench": 3,
     "verdict": 4,
     "helpers": 4,
-    "report": 5,
-    "plugin": 6,
-    "__init__": 6,
-    "__main__": 6,
+    "run": 5,  # the end of a session: measures, judges, records; words from report
+    "report": 6,
+    "plugin": 7,
+    "cli": 7,  # the pytest-hpml command
+    "__init__": 7,
+    "__main__": 8,
 }
 
 
@@ -211,3 +213,43 @@ def test_every_note_the_code_cites_is_in_the_notes() -> None:
 
 
 NOTES = Path(__file__).parents[1] / "docs" / "notes.md"  # the checkout's, wherever it is installed
+
+
+# What starts a process: the standard library's ways, and the package's functions that call
+# them (the reruns, the pairs, valgrind's processes, bisect's pytest runs).
+PROCESS_MODULES = {"subprocess", "multiprocessing", "concurrent"}
+PROCESS_CALLS = {"run_captured", "ask", "bisect", "measure_again", "measure_against"}
+PROCESS_CALLS |= {"count_instructions", "start_early", "Popen", "fork", "spawn"}
+
+
+def _uses(path: Path) -> tuple[set[str], set[str]]:
+    """The top-level modules ``path`` imports, and every name and attribute it uses."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    modules_used, names = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules_used |= {alias.name.partition(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            modules_used.add(node.module.partition(".")[0])
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name):
+            names.add(node.id)
+    return modules_used, names
+
+
+def test_verdicts_use_no_pytest_and_reports_start_no_process() -> None:
+    """verdict/ is functions over records: it imports neither pytest (no config, no stash)
+    nor a way to start a process; report/ renders what ``run/`` measured and starts none."""
+    found = []
+    for name, path in modules().items():
+        used, names = _uses(path)
+        if part(name) == "verdict":
+            found += [f"{name} imports {m}" for m in sorted(used & {"pytest", *PROCESS_MODULES})]
+        if part(name) == "report":
+            found += [f"{name} imports {m}" for m in sorted(used & PROCESS_MODULES)]
+            found += [f"{name} uses {n}" for n in sorted(names & PROCESS_CALLS)]
+    assert found == []

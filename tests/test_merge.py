@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_hpml import cli
 from pytest_hpml.hardware.fingerprint import Fingerprint
-from pytest_hpml.report import cli, files, text
+from pytest_hpml.report import files, text
 from pytest_hpml.verdict import policy, stats
 from tests.conftest import TIMES_UNJUDGED
 

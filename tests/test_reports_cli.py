@@ -24,8 +24,9 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
+from pytest_hpml import cli
 from pytest_hpml.hardware.fingerprint import Fingerprint
-from pytest_hpml.report import cli, files, text
+from pytest_hpml.report import files, text
 from pytest_hpml.report import html as hpml_html
 from pytest_hpml.verdict import baselines
 from pytest_hpml.verdict.judge import judge_metric
@@ -615,14 +616,14 @@ def test_python_m_runs_the_cli_without_importing_torch(stored: Path) -> None:
     )
     assert "portable-torch2.14.json" in out.stdout
     imported = [line.rpartition("|")[2].strip() for line in out.stderr.splitlines()]
-    assert "pytest_hpml.report.cli" in imported
+    assert "pytest_hpml.cli" in imported
     assert [m for m in imported if m.partition(".")[0] in ("torch", "matplotlib")] == []
 
 
 def test_console_script_and_extras_are_declared() -> None:
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["scripts"] == {"pytest-hpml": "pytest_hpml.report.cli:main"}
+    assert project["scripts"] == {"pytest-hpml": "pytest_hpml.cli:main"}
     extras = project["optional-dependencies"]
     assert any(req.startswith("matplotlib") for req in extras["report"])
     assert any(req.startswith("matplotlib") for req in extras["test"])

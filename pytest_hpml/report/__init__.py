@@ -1,2 +1,2 @@
-"""Layer 5, reports: the header lines, the terminal summary, the JSON, Markdown and HTML reports,
+"""Layer 6, reports: the header lines, the terminal summary, the JSON, Markdown and HTML reports,
 and the pytest-hpml command line."""

@@ -31,7 +31,7 @@ HISTORY_FORMAT = "pytest-hpml-history/1"
 
 def record(document: dict[str, Any], root: Path) -> dict[str, Any]:
     """The history record of a run: its JSON report ``document`` and the ``history`` keys."""
-    from ..verdict.session import changed, commit_time  # the plugin's: the command needs none
+    from ..vcs import changed, commit_time  # the plugin's: the command needs none
 
     return {
         **document,

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..storage.writer import now
 from ..verdict import policy, stats
 from ..verdict.baselines import BaselineError
-from ..verdict.session import now
 from . import text
 
 Report = tuple[Path, dict[str, Any]]  # a report's path and what it holds

@@ -1,5 +1,5 @@
-"""The end of a session with benchmarks: measure again, write the reports, record baselines,
-set the exit status, and the terminal summary."""
+"""What the end of a session says: the report files, the failures on pytest's last line, and the
+terminal summary, all from the session's verdicts (``run/`` measures and judges them)."""
 
 from __future__ import annotations
 
@@ -14,36 +14,12 @@ from .. import _compat
 from ..bench import reruns
 from ..bench.metrics import is_sampled, is_work_counter
 from ..config.progress import plural
+from ..run.finish import Reporting
+from ..run.session import Verdicts
+from ..storage.writer import now
+from ..vcs import head_commit
 from ..verdict import judge, paired, stats
-from ..verdict.session import Verdicts, commit, now
 from . import files, history, text
-
-
-def finish(session: pytest.Session, verdicts: Verdicts) -> None:
-    """Measure again in fresh processes, write the reports (before recording: they show what
-    the run was judged against), record baselines, and fail the session on a regression."""
-    measuring = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
-    if session.exitstatus in measuring:
-        if verdicts.against is not None:
-            verdicts.measure_against()
-        else:
-            verdicts.measure_again()
-    # after the times are judged: --hpml-instructions=changed counts where they did not pass
-    if session.exitstatus in measuring:  # unless Ctrl-C stopped the measuring
-        verdicts.count_instructions()
-    verdicts.control_false_alarms()
-    write_reports(verdicts)
-    if verdicts.recording:
-        verdicts.written = verdicts.write()
-    if verdicts.unwritten:  # nothing measured is lost: kept where it can be written
-        kept = files.keep(document(verdicts))
-        verdicts.errors += [
-            f"{what}; the measurements are kept in {kept}" for what in verdicts.unwritten
-        ]
-    if verdicts.failing and session.exitstatus == pytest.ExitCode.OK:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    if verdicts.failing and verdicts.duty.reports:
-        _compat.fail_in_last_line(session.config, last_line(verdicts))
 
 
 def last_line(verdicts: Verdicts) -> dict[str, list[pytest.TestReport]]:
@@ -100,7 +76,7 @@ def document(verdicts: Verdicts) -> dict[str, Any]:
     return {
         "format": files.REPORT_FORMAT,
         "created": now(),
-        "commit": commit(verdicts.config.rootpath),
+        "commit": head_commit(verdicts.config.rootpath),
         "fingerprint": verdicts.fingerprint.as_dict(),
         "baseline_mode": verdicts.duty.baseline,
         "baseline_dir": str(verdicts.directory),
@@ -404,3 +380,11 @@ def _has(result: dict[str, Any], verdict: str) -> bool:
 def _let_go(verdicts: Any) -> set[str]:
     """The benchmarks head against base stopped measuring unsettled (Note [Adaptive pairs])."""
     return verdicts.pairs.let_go if verdicts.pairs is not None else set()
+
+
+def kept(verdicts: Verdicts) -> str:
+    """Where the measurements of a run whose files could not be written are kept."""
+    return files.keep(document(verdicts))
+
+
+REPORTING = Reporting(write=write_reports, kept=kept, last_line=last_line)

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import errno
 import os
 import re
@@ -257,3 +258,8 @@ def _remove_stale(directory: Path) -> None:
         with contextlib.suppress(OSError):
             if stale.stat().st_mtime < cutoff:
                 stale.unlink()
+
+
+def now() -> str:
+    """This moment in UTC, as the reports and the baselines stamp it."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

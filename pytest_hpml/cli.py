@@ -24,14 +24,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from ..bench.metrics import kind_of, per_second
-from ..config.values import number
-from ..storage import reader, writer
-from ..verdict import baselines, changes, judge, policy, stats
-from ..verdict.baselines import BaselineError
-from ..verdict.judge import center
-from . import files, history, text
-from .html import ReportError
+from .bench.metrics import kind_of, per_second
+from .config.values import number
+from .report import files, history, text
+from .report.html import ReportError
+from .storage import reader, writer
+from .verdict import baselines, changes, judge, policy, stats
+from .verdict.baselines import BaselineError
+from .verdict.judge import center
 
 Entries = dict[str, dict[str, Any]]  # test id -> metric -> record
 
@@ -502,7 +502,7 @@ def run_render(args: argparse.Namespace) -> int:
 
 def run_merge(args: argparse.Namespace) -> int:
     """Merge the shards' reports (Note [Sharded runs]): exit 1 if the merged run fails."""
-    from . import merge
+    from .report import merge
 
     reports = [(path, load_report(path)) for path in args.reports]
     read: dict[str, str] = {}
@@ -533,7 +533,12 @@ def run_merge(args: argparse.Namespace) -> int:
 
 def run_bisect(args: argparse.Namespace) -> int:
     """Name the first commit where the metric changed (Note [Bisect])."""
-    from .bisect import bisect
+    from .report.bisect_text import lines
+    from .run.bisect import Event, bisect
+
+    def tell(event: Event) -> None:
+        for line in lines(event):
+            say(line)
 
     try:
         return bisect(
@@ -544,7 +549,7 @@ def run_bisect(args: argparse.Namespace) -> int:
             args.metric,
             args.pytest_args,
             read=load_report,
-            say=say,
+            tell=tell,
         )
     except KeyboardInterrupt:
         say("pytest-hpml: bisect interrupted; its worktree is removed", file=sys.stderr)
@@ -586,7 +591,7 @@ def _check_outputs(read: dict[str, str], asked: list[tuple[str, str, Path]]) -> 
 
 
 def _write_html(args: argparse.Namespace, document: dict[str, Any]) -> None:
-    from . import html
+    from .report import html
 
     entries = html.stored_baselines(document, args.baselines)
     if args.baselines and not entries:
@@ -614,7 +619,7 @@ def run_history(args: argparse.Namespace) -> int:
         ]
         _print(columns, body)
     if args.site:
-        from . import site
+        from .report import site
 
         say(f"wrote {site.write(found, args.site)}")
     return 2 if said else 0

@@ -22,15 +22,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 from .. import vcs
 from ..bench import reruns
 from ..bench.metrics import is_work_counter
-from ..config.progress import plural
 from ..verdict import judge, stats
 from ..verdict.baselines import BaselineError
-from . import text
 
 # The verdicts that mean the metric moved: a change a test accepts or a count's class allows
 # is a change all the same.
@@ -63,6 +61,45 @@ class Found:
     commit: Commit
     verdict: dict[str, Any]
     unit: str
+
+
+@dataclass(frozen=True)
+class Started:
+    """The search begins: ``commits`` after GOOD, judged exactly or in pairs, in about
+    ``steps`` runs."""
+
+    good: Commit
+    commits: int
+    metric: str
+    exact: bool
+    steps: int
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One commit's verdict on the metric against GOOD."""
+
+    commit: Commit
+    metric: str
+    verdict: dict[str, Any]
+    unit: str
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The search is over: ``found`` is the first commit that changed the metric, or None
+    where BAD's is GOOD's."""
+
+    good: str
+    bad: str
+    metric: str
+    found: Found | None
+    commits: int
+    runs: int  # pytest runs
+    seconds: float
+
+
+Event = Union[Started, Judged, Ended]
 
 
 def commits(top: Path, good: str, bad: str) -> tuple[Commit, list[Commit]]:
@@ -113,7 +150,7 @@ def worktree(top: Path, commit: Commit) -> Iterator[Path]:
 @dataclass
 class Bisect:
     """The search for the first commit where ``metric`` of the test ``-k test`` selects
-    changed. ``read`` reads a JSON report; ``say`` prints a line of progress."""
+    changed. ``read`` reads a JSON report; ``tell`` is given each step as it happens."""
 
     top: Path  # the repository
     here: Path  # where pytest runs, relative to the repository's top
@@ -121,7 +158,7 @@ class Bisect:
     metric: str
     pytest_args: Sequence[str]
     read: Callable[[Path], dict[str, Any]]
-    say: Callable[[str], None]
+    tell: Callable[[Event], None]
     measured: int = 0  # pytest runs so far
     # set as the search starts
     good: Commit = field(init=False)
@@ -137,11 +174,7 @@ class Bisect:
             self.good, self.tree, self.scratch = good, tree, Path(scratch)
             self.against = self._measure(good) if exact(self.metric) else None
             steps = math.ceil(math.log2(len(found))) if len(found) > 1 else 1
-            how = "exactly" if self.against is not None else "against it in pairs of processes"
-            self.say(
-                f"bisect: {plural(len(found), 'commit')} after {good}, {self.metric} judged "
-                f"{how}; about {plural(steps, 'step')}"
-            )
+            self.tell(Started(good, len(found), self.metric, self.against is not None, steps))
             # GOOD is unchanged; the first change lies in (low, high]. BAD is judged only if
             # the search ends there: where an earlier commit moved, so did BAD (one change,
             # which stays: what a bisection assumes), and one run is saved.
@@ -169,7 +202,7 @@ class Bisect:
                 verdict = self._verdict(commit, result)
             if verdict["verdict"] != stats.INCONCLUSIVE:
                 break
-        self.say(f"  {commit}: {self.metric} {verdict['verdict']}, {describe(verdict, self.unit)}")
+        self.tell(Judged(commit, self.metric, verdict, self.unit))
         if verdict["verdict"] not in (*MOVED, stats.PASS):
             raise BisectError(
                 f"at {commit}: {self.metric} is {verdict['verdict']} against GOOD "
@@ -266,12 +299,6 @@ def exact(metric: str) -> bool:
     return is_work_counter(metric) or metric == "instructions"
 
 
-def describe(verdict: dict[str, Any], unit: str) -> str:
-    """A verdict against GOOD in one line: the values, the change, what moved."""
-    said = text.describe(verdict, unit)
-    return f"{said}; {verdict['reason']}" if verdict.get("reason") else said
-
-
 def bisect(
     start: Path,
     good: str,
@@ -280,10 +307,10 @@ def bisect(
     metric: str,
     pytest_args: Sequence[str],
     read: Callable[[Path], dict[str, Any]],
-    say: Callable[[str], None],
+    tell: Callable[[Event], None],
 ) -> int:
-    """Search, say what was found and how long it took; the command's exit status: 0 when a
-    commit is named, 1 when BAD's metric is GOOD's."""
+    """Search, telling each step and the end; the command's exit status: 0 when a commit is
+    named, 1 when BAD's metric is GOOD's."""
     began = time.monotonic()
     try:
         top = Path(vcs.git(start, "rev-parse", "--show-toplevel").strip()).resolve()
@@ -291,16 +318,11 @@ def bisect(
     except vcs.GitError as exc:
         raise BisectError(f"bisect needs a git repository: {exc}") from None
     good_commit, found = commits(top, good, bad)
-    search = Bisect(top, here, test, metric, pytest_args, read, say)
+    search = Bisect(top, here, test, metric, pytest_args, read, tell)
     try:
         first = search.run(good_commit, found)
     except vcs.GitError as exc:
         raise BisectError(str(exc)) from None
-    took = f"{plural(search.measured, 'pytest run')}, {time.monotonic() - began:.0f} s"
-    if first is None:
-        say(f"bisect: {metric} at {bad} is as at {good}: no commit changed it ({took})")
-        return 1
-    say(f"first commit where {metric} changed: {first.commit.sha} {first.commit.subject}")
-    say(f"  {metric} {first.verdict['verdict']}: {describe(first.verdict, first.unit)}")
-    say(f"bisect: {plural(len(found), 'commit')} searched in {took}")
-    return 0
+    seconds = time.monotonic() - began
+    tell(Ended(good, bad, metric, first, len(found), search.measured, seconds))
+    return 1 if first is None else 0

@@ -9,7 +9,6 @@ benchmarks again in fresh processes, records baselines and writes reports.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import functools
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,8 +27,8 @@ from ..config.role import Duty, duty, is_controller, settings
 from ..hardware import fingerprint
 from ..storage import writer
 from ..storage.writer import Refused
-from . import baselines, paired, policy, stats
-from .judge import busy, runs, threshold_said
+from ..verdict import baselines, paired, policy, stats
+from ..verdict.judge import busy, runs, threshold_said
 
 MAX_STORED_SAMPLES = 400
 EARLIER_RUNS = 6  # process runs kept besides the latest run's by --hpml-baseline=append
@@ -461,7 +460,7 @@ class Verdicts:
     def write(self) -> list[Path]:
         """Merge this run's metrics into the baseline files (update or append mode)."""
         updates: dict[Path, dict[str, dict[str, Any]]] = {}
-        stamp = {"recorded": now(), "commit": commit(self.config.rootpath)}
+        stamp = {"recorded": writer.now(), "commit": vcs.head_commit(self.config.rootpath)}
         for result in self.results:
             for name, record in result["metrics"].items():
                 entry = updates.setdefault(self.path_for(record), {}).setdefault(result["test"], {})
@@ -589,32 +588,6 @@ def compact(record: dict[str, Any]) -> dict[str, Any]:
             step = max(1, -(-len(values) // MAX_STORED_SAMPLES))
             out[key] = [float(f"{v:.5g}") for v in values[::step]]
     return out
-
-
-def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def commit(root: Path) -> str | None:
-    """The checked-out commit, if ``root`` is in a git repository."""
-    return vcs.line(root, "rev-parse", "--short=12", "HEAD") or None
-
-
-def commit_time(root: Path) -> str | None:
-    """When the checked-out commit was committed (ISO 8601, UTC), if ``root`` is in a git
-    repository: the order of commits in a history, whenever each was measured."""
-    found = vcs.line(root, "log", "-1", "--format=%ct", "HEAD")
-    if found is None or not found.isdigit():
-        return None
-    when = datetime.datetime.fromtimestamp(int(found), datetime.timezone.utc)
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def changed(root: Path) -> bool | None:
-    """Whether tracked files differ from the checked-out commit (None outside git): a run of
-    such a tree is not the commit's."""
-    found = vcs.line(root, "status", "--porcelain", "--untracked-files=no")
-    return None if found is None else bool(found)
 
 
 VERDICTS_KEY = pytest.StashKey[Verdicts]()
