@@ -26,6 +26,7 @@ from typing import Any, NoReturn, TextIO
 
 from .bench.metrics import kind_of, per_second
 from .config.values import number
+from .model import results_of
 from .report import files, history, text
 from .report.html import ReportError
 from .storage import reader, writer
@@ -520,7 +521,7 @@ def run_merge(args: argparse.Namespace) -> int:
     files.write_json(args.output, document)
     say(f"wrote {args.output}")
     _write_views(args, document, args.output)
-    found = text.counts(document["results"])
+    found = text.counts(results_of(document))
     said = ", ".join(f"{n:,} {v}" for v, n in found.items()) or "no metrics"
     again = f", {repeated} in more than one (kept once)" if repeated else ""
     failing = merge.failing(document)

@@ -84,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
         from .bench.rerun import Rerun
         from .run.session import verdicts
 
-        rerun = Rerun(asked, results=lambda: verdicts(config).results)
+        rerun = Rerun(asked, results=lambda: [r.to_dict() for r in verdicts(config).results])
         config.pluginmanager.register(rerun, "hpml-rerun")
     callgrind = bench_fixture.callgrind(asked)
     # one thread under valgrind (Note [Instruction counts])
@@ -233,7 +233,7 @@ def pytest_runtest_makereport(
 
         payload = verdicts(item.config).payload(item)
         if payload is not None:
-            report.user_properties.append((PROPERTY, payload))
+            report.user_properties.append((PROPERTY, payload.to_dict()))  # the wire: JSON
     return report
 
 

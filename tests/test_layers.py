@@ -27,6 +27,7 @@ LAYERS = {
     "logs": 0,
     "storage": 0,  # the one reader and writer of files
     "vcs": 0,  # the one runner of git
+    "model": 0,  # the typed results passed between the layers
     "config": 1,
     "hardware": 2,
     "fixtures": 3,

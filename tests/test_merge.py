@@ -21,6 +21,7 @@ import pytest
 
 from pytest_hpml import cli
 from pytest_hpml.hardware.fingerprint import Fingerprint
+from pytest_hpml.model import Result
 from pytest_hpml.report import files, text
 from pytest_hpml.verdict import policy, stats
 from tests.conftest import TIMES_UNJUDGED
@@ -138,12 +139,12 @@ def shard(p_values: dict[str, float]) -> dict[str, Any]:
         verdict = stats.REGRESSED if p < stats.ALPHA else stats.PASS
         judged = stats.Comparison(verdict, 1e-3, 1.2e-3, 0.2, 1 - p, 0.1)
         results.append(
-            {
-                "test": f"test_x.py::{test}",
-                "threshold": 0.1,
-                "metrics": {"time": TIME},
-                "verdicts": {"time": dataclasses.asdict(judged)},
-            }
+            Result(
+                test=f"test_x.py::{test}",
+                threshold=0.1,
+                metrics={"time": TIME},
+                verdicts={"time": dataclasses.asdict(judged)},
+            )
         )
     demoted, tested = policy.control(results, strict=False)
     return {
@@ -153,7 +154,7 @@ def shard(p_values: dict[str, float]) -> dict[str, Any]:
         "fingerprint": FINGERPRINT.as_dict(),
         "baseline_mode": "compare",
         "baseline_dir": "/ci/baselines",
-        "results": results,
+        "results": [result.to_dict() for result in results],
         "counts": text.counts(results),
         "errors": [],
         "against": None,

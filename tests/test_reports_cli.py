@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from pytest_hpml import cli
 from pytest_hpml.hardware.fingerprint import Fingerprint
+from pytest_hpml.model import Result, results_of
 from pytest_hpml.report import files, text
 from pytest_hpml.report import html as hpml_html
 from pytest_hpml.verdict import baselines
@@ -97,7 +98,7 @@ def make_document(directory: Path, mode: str = "compare") -> dict[str, Any]:
         "baseline_mode": mode,
         "baseline_dir": str(directory),
         "results": results,
-        "counts": text.counts(results),
+        "counts": text.counts([Result.from_dict(result) for result in results]),
         "errors": [],
     }
 
@@ -184,7 +185,7 @@ def test_html_report_escapes_test_ids_and_shows_every_verdict(
     assert ODD_ID not in page
     assert "<b>&" not in page
     table = page[page.index("<table>") : page.index("</table>")]
-    verdicts = [row["verdict"] for row in text.rows(document["results"])]
+    verdicts = [row["verdict"] for row in text.rows(results_of(document))]
     assert set(verdicts) == {"pass", "regressed", "improved", "inconclusive", "no-baseline"}
     assert re.findall(r"<b style='color:#\w+'>([\w-]+)</b>", table) == verdicts
     assert "too few samples" in table  # the inconclusive verdict says why
@@ -282,7 +283,7 @@ def test_html_figure_holds_both_sides_values_that_the_verdict_used() -> None:
     assert panel["threshold"] == verdict["threshold"] == 0.1
     assert panel["band"] == pytest.approx([verdict["baseline"] * 0.9, verdict["baseline"] * 1.1])
     # the table's baseline and current are the two sides' best, drawn and embedded
-    [row] = text.rows(document["results"])
+    [row] = text.rows(results_of(document))
     assert (row["baseline"], row["current"]) == ("706 us", "1.09 ms")
     assert text.fmt(min(panel["groups"]["base"]), "s") == row["baseline"]
     assert text.fmt(min(panel["groups"]["head"]), "s") == row["current"]
@@ -317,7 +318,7 @@ def test_html_figure_of_stored_baselines_holds_the_samples_judged(
     )
     [row] = [
         r
-        for r in text.rows(document["results"])
+        for r in text.rows(results_of(document))
         if (r["test"], r["metric"]) == ("test_a.py::test_slower", "time")
     ]
     assert text.fmt(median(panel["groups"]["baseline"]), "s") == row["baseline"]
@@ -336,7 +337,7 @@ def test_test_ids_wrap_only_between_their_parts(rendered: tuple[dict[str, Any], 
         "<span>TestA::</span><wbr><span>test_b</span><wbr><span>[cpu-bf16]</span>"
     )
     cells = re.findall(r"<td class='test'>(.*?)</td>", page)
-    assert len(cells) == len(text.rows(document["results"]))
+    assert len(cells) == len(text.rows(results_of(document)))
     for cell in cells:  # nothing but unbreakable parts and the places between them
         assert re.fullmatch(r"<span>[^<]+</span>(<wbr><span>[^<]+</span>)*", cell), cell
     assert hpml_html.breakable(ODD_ID).count("<b>") == 0
@@ -702,7 +703,7 @@ def test_markdown_of_a_suite_collapses_its_tables_and_fits_a_comment(
 
 
 def test_the_terminal_table_of_a_suite_shows_what_changed_and_counts_the_rest() -> None:
-    results = big_document(112)["results"]
+    results = results_of(big_document(112))
     folded = text.table(results, fold=True)
     assert folded[0].startswith("test ")
     shown = [line.split()[0] for line in folded[1:-1]]
@@ -711,7 +712,7 @@ def test_the_terminal_table_of_a_suite_shows_what_changed_and_counts_the_rest() 
     assert folded[-1] == "100 more rows not shown (100 pass); -v shows them"
     # -v: every row; and a short table is never folded
     assert len(text.table(results)) == 1 + 112
-    short = big_document(text.FOLD_AT)["results"]
+    short = results_of(big_document(text.FOLD_AT))
     assert text.table(short, fold=True) == text.table(short)
 
 
@@ -1037,7 +1038,7 @@ def test_log_axis_ticks_are_plain_numbers(unit: str, samples: list[float]) -> No
     figure = Figure()
     ax = figure.add_subplot()
     record = {"kind": "rate" if "/" in unit else "time", "unit": unit, "samples": samples}
-    result = {"metrics": {"m": record}, "verdicts": {"m": {"verdict": "no-baseline"}}}
+    result = Result("t", 0.06, metrics={"m": record}, verdicts={"m": {"verdict": "no-baseline"}})
     hpml_html._panel(ax, "m", result, None)
     figure.draw_without_rendering()
     assert ax.get_yscale() == "log"

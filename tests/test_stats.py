@@ -727,25 +727,22 @@ def test_each_look_takes_its_share_of_the_level() -> None:
 def test_head_against_base_controls_the_session_at_the_pairs_level() -> None:
     """Benjamini-Hochberg at 5% with --hpml-against (Note [Head against base]), at 1% against
     stored baselines (Note [Many metrics]): q = 0.04 stands in the first, not the second."""
+    from pytest_hpml.model import Result
     from pytest_hpml.verdict import policy
 
-    def session() -> list[dict[str, Any]]:
-        return [
-            {
-                "test": "t",
-                "verdicts": {
-                    "time": {"verdict": "regressed", "confidence": 0.98, "change": 0.1},
-                    "time[other]": {"verdict": "pass", "confidence": 0.5, "change": 0.0},
-                },
-            }
-        ]
+    def session() -> list[Result]:
+        verdicts = {
+            "time": {"verdict": "regressed", "confidence": 0.98, "change": 0.1},
+            "time[other]": {"verdict": "pass", "confidence": 0.5, "change": 0.0},
+        }
+        return [Result("t", 0.06, verdicts=verdicts)]
 
     against, stored = session(), session()
     assert policy.control(against, strict=False, against=True) == (0, 2)
-    assert against[0]["verdicts"]["time"]["verdict"] == "regressed"
+    assert against[0].verdicts["time"]["verdict"] == "regressed"
     assert policy.control(stored, strict=False) == (1, 2)
-    assert stored[0]["verdicts"]["time"]["verdict"] == "inconclusive"
-    assert "needs < 0.01" in stored[0]["verdicts"]["time"]["reason"]
+    assert stored[0].verdicts["time"]["verdict"] == "inconclusive"
+    assert "needs < 0.01" in stored[0].verdicts["time"]["reason"]
 
 
 def test_a_pass_the_cap_would_not_settle_is_let_go_and_one_it_might_is_not() -> None:

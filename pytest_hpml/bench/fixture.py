@@ -15,12 +15,15 @@ import functools
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import pytest
 
 from .. import _compat
 from ..config import markers
+
+if TYPE_CHECKING:
+    from .benchmark import HpmlBenchmark
 
 
 class Peaks(NamedTuple):
@@ -59,7 +62,8 @@ class BenchSession(NamedTuple):
 
 
 BENCH_SESSION_KEY = pytest.StashKey[BenchSession]()
-BENCHMARK_KEY = pytest.StashKey[Any]()  # the measured fixture of a test, for the verdicts
+# a test's measured fixture, for the verdicts
+BENCHMARK_KEY: pytest.StashKey[HpmlBenchmark] = pytest.StashKey()
 PROPERTY = "hpml_benchmark"  # a benchmark's metrics and verdicts travel in reports as this
 
 

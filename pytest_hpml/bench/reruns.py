@@ -43,6 +43,7 @@ from ..config.role import (
     RERUN_PREFIX,
     measuring_threads,
 )
+from ..model import Result
 from ..storage.reader import Unreadable, read_json
 from .metrics import is_sampled
 
@@ -546,15 +547,15 @@ def _take(
                 found.runs.setdefault(result["test"], {}).setdefault(name, []).append(run)
 
 
-def pool(results: Iterable[dict[str, Any]], found: Reruns) -> list[str]:
+def pool(results: Iterable[Result], found: Reruns) -> list[str]:
     """Add the other processes' runs to this run's metrics; return the tests that got some."""
     pooled = []
     for result in results:
-        extra = found.runs.get(result["test"], {})
+        extra = found.runs.get(result.test, {})
         for name, runs in extra.items():
-            record = result["metrics"].get(name)
+            record = result.metrics.get(name)
             if record is not None and is_sampled(record):
                 record.setdefault("processes", []).extend(runs)
         if extra:
-            pooled.append(result["test"])
+            pooled.append(result.test)
     return pooled

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import pytest
 
 from ..config.resolution import explicit
+from ..model import results_of
 from ..storage import reader, writer
 from ..verdict import baselines, stats
 from .text import (
@@ -281,7 +282,7 @@ def _cut_line(full_report: str | Path | None) -> str:
 
 def _answer(document: dict[str, Any]) -> list[str]:
     """The heading (pass or fail, how many regressed), what was judged against what, where."""
-    found, errors = counts(document["results"]), document.get("errors") or ()
+    found, errors = counts(results_of(document)), document.get("errors") or ()
     fingerprint = document["fingerprint"]
     verdicts = ", ".join(f"{n:,} {md(v)}" for v, n in found.items()) or "no metrics"
     return [
@@ -353,7 +354,7 @@ def _judged(document: dict[str, Any]) -> str:
 def _blocks(document: dict[str, Any]) -> list[Block]:
     """The details after the answer, most needed first: a cut summary loses the last. The
     errors come first: they failed the run."""
-    results, against = document["results"], document.get("against")
+    results, against = results_of(document), document.get("against")
     found = rows(results)
     table = tuple(_md_row(row) for row in found)
     errors = Block("", tuple(f"- **Error:** {md(e)}" for e in document.get("errors") or ()))

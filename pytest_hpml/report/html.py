@@ -18,7 +18,7 @@ import io
 import json
 import random
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from ..bench.metrics import kind_of, per_second
+from ..model import Result, results_of
 from ..verdict import judge, stats
 from ..verdict.paired import THREAD_CLOCK
 from . import text as reports
@@ -99,7 +100,7 @@ def render(document: dict[str, Any], baselines: Baselines | None = None) -> str:
     used, on both sides). See :func:`stored_baselines`.
     """
     figures = figure_class()
-    results = document["results"]
+    results = results_of(document)
     sections = [
         _header(document),
         "<h2>Verdicts</h2>",
@@ -119,7 +120,7 @@ def render(document: dict[str, Any], baselines: Baselines | None = None) -> str:
 def summary(document: dict[str, Any], extra: str = "") -> str:
     """A page of the report without its plots: the header and the verdict table (a run's page
     in a history site), ``extra`` HTML after them. Needs no matplotlib."""
-    results = document["results"]
+    results = results_of(document)
     title = escape(reports.headline(reports.counts(results)))
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
@@ -180,7 +181,7 @@ def _merged(document: dict[str, Any]) -> dict[str, str]:
 
 
 def _header(document: dict[str, Any]) -> str:
-    results = document["results"]
+    results = results_of(document)
     found = reports.counts(results)  # from the verdicts themselves, never a file's "counts"
     fp = document.get("fingerprint") or {}
     facts = {
@@ -216,7 +217,7 @@ def _fact(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def _table(results: list[dict[str, Any]]) -> str:
+def _table(results: Sequence[Result]) -> str:
     """The same rows as the terminal and Markdown tables, verdicts coloured, reasons added;
     scrolled sideways rather than squeezed where an id's part is wider than the page."""
     head = "".join(f"<th>{escape(c)}</th>" for c in reports.COLUMNS)
@@ -278,13 +279,13 @@ def _short(text: str, width: int = 70) -> str:
 # --- the chart of relative changes ---------------------------------------------------------
 
 
-def _changes(figure_class: Any, results: list[dict[str, Any]]) -> str:
+def _changes(figure_class: Any, results: Sequence[Result]) -> str:
     """One bar per judged metric: its relative change, coloured by verdict, with its
     threshold marked, so what moved stands out among everything that did not."""
     bars = [
-        (f"{r['test']}  {name}", v)
+        (f"{r.test}  {name}", v)
         for r in results
-        for name, v in sorted(r["verdicts"].items())
+        for name, v in sorted(r.verdicts.items())
         if v["change"] is not None
     ]
     if not bars:
@@ -382,17 +383,17 @@ SAMPLES_NOTE = (
 
 
 def _samples(
-    figure_class: Any, results: list[dict[str, Any]], baselines: Baselines, against: bool
+    figure_class: Any, results: Sequence[Result], baselines: Baselines, against: bool
 ) -> str:
     parts, panels = [], []
     for result in results:
         names = [
             n
-            for n, m in sorted(result["metrics"].items())
+            for n, m in sorted(result.metrics.items())
             if getattr(kind_of(m), "plotted", False) and m.get("samples")
         ]
-        if names and any(n in result["verdicts"] for n in names):
-            stored = baselines.get(result["test"], {})
+        if names and any(n in result.verdicts for n in names):
+            stored = baselines.get(result.test, {})
             part, drawn = _benchmark(figure_class, result, names, stored)
             parts.append(part)
             panels += drawn
@@ -406,13 +407,13 @@ def _samples(
 
 
 def _benchmark(
-    figure_class: Any, result: dict[str, Any], names: list[str], stored: Mapping[str, Any]
+    figure_class: Any, result: Result, names: list[str], stored: Mapping[str, Any]
 ) -> tuple[str, list[Panel]]:
     """One figure per test, a panel per time or rate metric, its values in ``data-values``."""
     figure = figure_class(figsize=(3.6 * len(names) + 0.4, 3.6), layout="constrained")
     axes = figure.subplots(1, len(names), squeeze=False)[0]
     panels = [_panel(ax, name, result, stored.get(name)) for ax, name in zip(axes, names)]
-    test = result["test"]
+    test = result.test
     data = escape(json.dumps([dataclasses.asdict(p) for p in panels]), quote=True)
     return (
         f'<h3>{breakable(test)}</h3>\n<figure data-values="{data}">'
@@ -421,18 +422,18 @@ def _benchmark(
     ), panels
 
 
-def _panel(ax: Any, name: str, result: dict[str, Any], base: Mapping[str, Any] | None) -> Panel:
+def _panel(ax: Any, name: str, result: Result, base: Mapping[str, Any] | None) -> Panel:
     """Draw one metric's panel; returns what it drew."""
     shown = panel_values(name, result, base)
     _draw(ax, shown)
     return shown
 
 
-def panel_values(name: str, result: dict[str, Any], base: Mapping[str, Any] | None) -> Panel:
+def panel_values(name: str, result: Result, base: Mapping[str, Any] | None) -> Panel:
     """The values behind one metric's verdict: with --hpml-against, each pair's two processes'
     values as the verdict picked them (``sides``); else the pooled samples a stored baseline
     is judged on, with the median of each process."""
-    record, verdict = result["metrics"][name], result["verdicts"].get(name, {})
+    record, verdict = result.metrics[name], result.verdicts.get(name, {})
     sides = _sides(verdict)
     if sides:
         groups, medians = {"base": sides[1], "head": sides[0]}, {}

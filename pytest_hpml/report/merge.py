@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..model import Result
 from ..storage.writer import now
 from ..verdict import policy, stats
 from ..verdict.baselines import BaselineError
@@ -59,7 +60,8 @@ def merge(reports: Sequence[Report]) -> tuple[dict[str, Any], int]:
     (first_path, first), *others = reports
     for path, document in others:
         _check_shared((first_path, first), (path, document))
-    results, repeated = _results(reports)
+    found, repeated = _results(reports)
+    results = [Result.from_dict(result) for result in found]
     demoted = tested = 0
     if first["baseline_mode"] == "compare" or first.get("against"):  # as the session judges
         strict = first["counters"] == "strict"
@@ -69,7 +71,7 @@ def merge(reports: Sequence[Report]) -> tuple[dict[str, Any], int]:
         **{key: first.get(key) for key in ("format", "commit", "fingerprint", "counters")},
         **{key: first.get(key) for key in ("baseline_mode", "baseline_dir")},
         "created": now(),
-        "results": results,
+        "results": [result.to_dict() for result in results],
         "counts": text.counts(results),
         "errors": _unique(e for d in documents for e in d.get("errors") or ()),
         "against": _against([d["against"] for d in documents]),

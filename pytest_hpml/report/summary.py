@@ -14,6 +14,7 @@ from .. import _compat
 from ..bench import reruns
 from ..bench.metrics import is_sampled, is_work_counter
 from ..config.progress import plural
+from ..model import Result
 from ..run.finish import Reporting
 from ..run.session import Verdicts
 from ..storage.writer import now
@@ -80,7 +81,7 @@ def document(verdicts: Verdicts) -> dict[str, Any]:
         "fingerprint": verdicts.fingerprint.as_dict(),
         "baseline_mode": verdicts.duty.baseline,
         "baseline_dir": str(verdicts.directory),
-        "results": verdicts.results,
+        "results": [result.to_dict() for result in verdicts.results],
         "counts": text.counts(verdicts.results),
         "errors": verdicts.errors,
         "against": _against(verdicts),
@@ -152,7 +153,7 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
         reporter.write_line(line)
     if results:
         reporter.write_line(f"hpml: {text.legend(verdicts.against is not None)}")
-    if any(is_sampled(record) for r in results for record in r["metrics"].values()):
+    if any(is_sampled(record) for r in results for record in r.metrics.values()):
         what = (
             paired.rule(verdicts.process_count // 2, verdicts.looks, len(_let_go(verdicts)))
             if verdicts.against is not None
@@ -181,7 +182,7 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
         for test, name, v in verdicts.having(verdict):
             line = f"hpml: {label} {test} {name}: {text.describe(v, verdicts.unit(test, name))}"
             reporter.write_line(line, **{colour: True})
-    improved = sorted({r["test"] for r in results if _has(r, stats.IMPROVED)})
+    improved = sorted({r.test for r in results if _has(r, stats.IMPROVED)})
     if improved and against is None:
         reporter.write_line(
             "hpml: improved; refresh their baselines with: pytest --hpml-baseline=update "
@@ -219,9 +220,9 @@ def _unreached(reporter: Any, verdicts: Verdicts) -> None:
     unreached = [
         (test, name)
         for r in verdicts.results
-        for name, v in r["verdicts"].items()
-        if v["verdict"] == stats.INCONCLUSIVE and is_sampled(r["metrics"][name])
-        for test in [r["test"]]
+        for name, v in r.verdicts.items()
+        if v["verdict"] == stats.INCONCLUSIVE and is_sampled(r.metrics[name])
+        for test in [r.test]
     ]
     if not unreached:
         return
@@ -279,19 +280,19 @@ def _work(reporter: Any, verdicts: Verdicts) -> None:
     judged = [
         v["verdict"]
         for r in verdicts.results
-        for name, v in r["verdicts"].items()
+        for name, v in r.verdicts.items()
         if is_work_counter(name)
     ]
     if judged:
         quiet = sum(v in text.QUIET for v in judged)
-        seconds = [r.get("work_seconds", 0.0) for r in verdicts.results]
+        seconds = [r.work_seconds for r in verdicts.results]
         reporter.write_line(
             f"hpml: {len(judged)} work counters judged, {quiet} of them unchanged or without "
             "a baseline and left out of the table (the JSON report has them all); counting "
             f"took {sum(seconds):.2f} s, at most {max(seconds):.2f} s a benchmark"
         )
     if getattr(verdicts.config.option, "numprocesses", None) and not any(
-        is_sampled(record) for r in verdicts.results for record in r["metrics"].values()
+        is_sampled(record) for r in verdicts.results for record in r.metrics.values()
     ):
         counts = "counts were recorded and judged" if verdicts.results else "nothing was measured"
         reporter.write_line(
@@ -303,7 +304,7 @@ def _work(reporter: Any, verdicts: Verdicts) -> None:
 
 def _no_peak(reporter: Any, verdicts: Verdicts) -> None:
     """Once a run, not per test: why benchmarks with FLOPs have no ``mfu`` (Note [MFU])."""
-    reasons = dict.fromkeys(r["no_peak"] for r in verdicts.results if r.get("no_peak"))
+    reasons = dict.fromkeys(r.no_peak for r in verdicts.results if r.no_peak)
     for why in reasons:
         reporter.write_line(
             f"hpml: mfu not computed: {why}; give one with --hpml-peak-flops or the "
@@ -373,8 +374,8 @@ def _some(tests: list[str], of: int, shown: int = 5) -> str:
     return ", ".join(tests[:shown]) + more
 
 
-def _has(result: dict[str, Any], verdict: str) -> bool:
-    return any(v["verdict"] == verdict for v in result["verdicts"].values())
+def _has(result: Result, verdict: str) -> bool:
+    return any(v["verdict"] == verdict for v in result.verdicts.values())
 
 
 def _let_go(verdicts: Any) -> set[str]:

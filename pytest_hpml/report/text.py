@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..bench.metrics import is_work_counter
+from ..model import Result
 from ..verdict import stats
 
 # What a terminal, an editor or a browser acts on instead of showing (Note [Shown text]): C0
@@ -61,22 +62,22 @@ def fmt(value: float | None, unit: str) -> str:
 QUIET = (stats.PASS, stats.NO_BASELINE)  # work counters' verdicts left out of the tables
 
 
-def rows(results: list[dict[str, Any]]) -> list[dict[str, str]]:
+def rows(results: Sequence[Result]) -> list[dict[str, str]]:
     """One row per test and metric, in test order; the work counters only where they changed
     (the JSON report has them all)."""
     out = []
     for result in results:
-        for name, verdict in sorted(result["verdicts"].items()):
+        for name, verdict in sorted(result.verdicts.items()):
             if is_work_counter(name) and verdict["verdict"] in QUIET:
                 continue
-            unit = result["metrics"][name]["unit"]
+            unit = result.metrics[name]["unit"]
             change, raw = verdict["change"], verdict.get("raw_change")
             if raw is None:  # judged raw (no reference, or it did not steady the baseline)
                 raw = change
             baseline, current = values(verdict, unit)
             out.append(
                 {
-                    "test": result["test"],
+                    "test": result.test,
                     "metric": name,
                     "baseline": baseline,
                     "current": current,
@@ -125,7 +126,7 @@ def legend(against: bool) -> str:
 FOLD_AT = 20
 
 
-def table(results: list[dict[str, Any]], fold: bool = False) -> list[str]:
+def table(results: Sequence[Result], fold: bool = False) -> list[str]:
     """The verdict table, as aligned text lines, with the reason of each verdict that has one;
     with ``fold``, a long table's quiet rows left out and counted in a last line."""
     body = rows(results)
@@ -143,18 +144,18 @@ def table(results: list[dict[str, Any]], fold: bool = False) -> list[str]:
     return lines
 
 
-def citations(results: list[dict[str, Any]]) -> list[str]:
+def citations(results: Sequence[Result]) -> list[str]:
     """'test metric: here 2.9 x; cited 1.67 x (source)', for metrics citing a published figure."""
     lines = []
     for result in results:
-        for name, record in sorted(result["metrics"].items()):
+        for name, record in sorted(result.metrics.items()):
             cited = record.get("cited")
             if not cited:
                 continue
             unit = record.get("unit", "")
-            here = result["verdicts"].get(name, {}).get("current")
+            here = result.verdicts.get(name, {}).get("current")
             lines.append(
-                f"{result['test']} {name}: here {fmt(here, unit)}; "
+                f"{result.test} {name}: here {fmt(here, unit)}; "
                 f"cited {fmt(cited['value'], unit)} ({cited['source']})"
             )
     return lines
@@ -170,10 +171,10 @@ def align(columns: Sequence[str], body: list[dict[str, str]]) -> list[str]:
     return lines
 
 
-def counts(results: list[dict[str, Any]]) -> dict[str, int]:
+def counts(results: Sequence[Result]) -> dict[str, int]:
     found = {v: 0 for v in stats.VERDICTS}
     for result in results:
-        for verdict in result["verdicts"].values():
+        for verdict in result.verdicts.values():
             found[verdict["verdict"]] += 1
     return {k: n for k, n in found.items() if n}
 

@@ -25,6 +25,7 @@ from ..config.progress import Progress, plural
 from ..config.resolution import Settings
 from ..config.role import Duty, duty, is_controller, settings
 from ..hardware import fingerprint
+from ..model import Result
 from ..storage import writer
 from ..storage.writer import Refused
 from ..verdict import baselines, paired, policy, stats
@@ -86,7 +87,7 @@ class Verdicts:
         self.settings = chosen
         self.duty = duty
         self.directory = Path(config.rootpath, chosen.baseline_dir)
-        self.results: list[dict[str, Any]] = []
+        self.results: list[Result] = []
         self.errors: list[str] = []
         self.notes: list[str] = []  # settings of other plugins that pytest-hpml overrides
         self._files: dict[Path, dict[str, Any] | None] = {}
@@ -166,7 +167,7 @@ class Verdicts:
 
     def measure_again(self) -> None:
         """Measure the sampled benchmarks in the other processes and judge the pooled runs."""
-        counts = {r["test"]: self.processes_for(r["test"]) for r in self.results if _sampled(r)}
+        counts = {r.test: self.processes_for(r.test) for r in self.results if _sampled(r)}
         tests = [test for test, count in counts.items() if count > 1]
         if not tests:
             return
@@ -175,9 +176,9 @@ class Verdicts:
         self.reruns = reruns.measure_again(self.config, tests, self.process_count - 1, share)
         pooled_tests = set(reruns.pool(self.results, self.reruns))
         for result in self.results:
-            if result["test"] in pooled_tests:
-                result["verdicts"] = self.judge(
-                    result["test"], result["metrics"], result["threshold"], result.get("accepted")
+            if result.test in pooled_tests:
+                result.verdicts = self.judge(
+                    result.test, result.metrics, result.threshold, result.accepted
                 )
 
     @property
@@ -191,7 +192,7 @@ class Verdicts:
         """Measure every benchmark in pairs of processes of the base tree and the working
         tree, and judge each metric on its pairs (Note [Head against base])."""
         against = self.against
-        tests = [result["test"] for result in self.results]
+        tests = [result.test for result in self.results]
         if against is None or not tests:
             return
         self.looks = stats.looks(self.settings.pairs)
@@ -205,22 +206,22 @@ class Verdicts:
         self.process_count = 2 * len(found.measured)
         on_base = found.collected.get("base")
         for result in self.results:
-            result["verdicts"].update(self.judge_against(result, result["metrics"]))
+            result.verdicts.update(self.judge_against(result, result.metrics))
         on_head = found.collected.get("head")
         if on_base is not None and on_head is not None:
             self.removed = sorted(on_base - on_head)
         for result in self.results:  # a metric the base's test records and the head's does not
-            gone = found.names("base", result["test"]) - set(result["metrics"])
-            self.removed += [f"{result['test']} {name}" for name in sorted(gone)]
+            gone = found.names("base", result.test) - set(result.metrics)
+            self.removed += [f"{result.test} {name}" for name in sorted(gone)]
 
-    def judge_against(self, result: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
+    def judge_against(self, result: Result, metrics: dict[str, Any]) -> dict[str, Any]:
         """Verdicts for ``metrics`` of one test (``result``) on the pairs of processes and
         the counts under valgrind of both sides."""
         verdicts = {}
         for name, record in metrics.items():
             verdict = self._against(result, name, record, self.pairs)
             # only a time or rate is judged on the pairs: a recorded value has no interval
-            let_go = result["test"] in self.pairs.let_go and is_sampled(record)
+            let_go = result.test in self.pairs.let_go and is_sampled(record)
             if let_go and not stats.settled(verdict):
                 reason = (
                     f"{verdict.reason}; not measured beyond {len(verdict.pairs or ())} pairs: "
@@ -228,7 +229,7 @@ class Verdicts:
                 )
                 verdict = dataclasses.replace(verdict, reason=reason)
             verdict = threshold_said(verdict, record, self.settings.threshold)
-            verdict = self.settle(verdict, name, result.get("accepted"))
+            verdict = self.settle(verdict, name, result.accepted)
             verdicts[name] = dataclasses.asdict(verdict)
         return verdicts
 
@@ -241,14 +242,14 @@ class Verdicts:
         done, looks = len(found.measured), len(self.looks)
         measuring = []
         for result in self.results:
-            test = result["test"]
+            test = result.test
             if (on_base is not None and test not in on_base) or test in failed:
                 continue  # nothing to compare with, or it would fail again
             if test in found.let_go:  # let go at an earlier look: no pair measured it since
                 continue
             judged = [
                 self._against(result, name, record, found)
-                for name, record in result["metrics"].items()
+                for name, record in result.metrics.items()
                 if is_sampled(record)
             ]
             if all(stats.settled(c) for c in judged):
@@ -260,11 +261,11 @@ class Verdicts:
         return measuring
 
     def _against(
-        self, result: dict[str, Any], name: str, record: dict[str, Any], found: Any
+        self, result: Result, name: str, record: dict[str, Any], found: Any
     ) -> stats.Comparison:
         """One metric's verdict against the base side (``found``, a ``bench.sides.Pairs``):
         new, not judged, or on its pairs."""
-        test, failed = result["test"], found.failed.get("base", {})
+        test, failed = result.test, found.failed.get("base", {})
         on_base = found.collected.get("base")
         if on_base is not None and test not in on_base:
             reason = "only in the working tree: nothing to compare with"
@@ -278,7 +279,7 @@ class Verdicts:
             kept = ", ".join(sorted(on_base_side))
             reason = f"only in the working tree's test (the base's records {kept}): not compared"
             return stats.Comparison(stats.NEW, current=_current(record), reason=reason)
-        return paired.judge_paired(record, runs, result["threshold"], len(self.looks))
+        return paired.judge_paired(record, runs, result.threshold, len(self.looks))
 
     def count_instructions(self) -> None:
         """With --hpml-instructions: count the benchmarks' instructions in a process under
@@ -288,8 +289,8 @@ class Verdicts:
             return
         from ..bench import instructions
 
-        asked = [r for r in self.results if r.get("instructions", True)]
-        tests = [r["test"] for r in asked if self._may_have_changed(r)]
+        asked = [r for r in self.results if r.instructions]
+        tests = [r.test for r in asked if self._may_have_changed(r)]
         against = self.against
         if against is None:
             sides = {"head": functools.partial(reruns.ask, self.config, bench_time=0.0)}
@@ -308,37 +309,35 @@ class Verdicts:
             self.pairs.counted = self.counting.counted
         counted = self.counting.counted.get("head", {})
         for result in self.results:
-            found = counted.get(result["test"], {})
-            result["metrics"].update(found)
+            found = counted.get(result.test, {})
+            result.metrics.update(found)
             verdicts = (
                 self.judge_against(result, found)
                 if self.pairs is not None
-                else self.judge(result["test"], found, result["threshold"], result.get("accepted"))
+                else self.judge(result.test, found, result.threshold, result.accepted)
             )
-            result["verdicts"].update(verdicts)
+            result.verdicts.update(verdicts)
 
-    def _may_have_changed(self, result: dict[str, Any]) -> bool:
+    def _may_have_changed(self, result: Result) -> bool:
         """Whether --hpml-instructions counts ``result``'s benchmark: always, unless asked for
         the changed ones only (Note [Changed benchmarks]) in a run that judges; then where a
         work counter or a time did not pass, or a time's interval reaches beyond the
         threshold."""
         if self.settings.instructions != "changed" or not self.judging:
             return True
-        verdicts = result["verdicts"].values()
+        verdicts = result.verdicts.values()
         return not verdicts or not all(stats.quiet(verdict) for verdict in verdicts)
 
     def busy_benchmarks(self) -> dict[str, str]:
         """The benchmarks whose runs here show a busy machine, and how (Note [Busy machine])."""
         found: dict[str, str] = {}
         for result in self.results:
-            for name, record in result["metrics"].items():
+            for name, record in result.metrics.items():
                 why = (
-                    busy(self._measured(result["test"], name, record))
-                    if is_sampled(record)
-                    else None
+                    busy(self._measured(result.test, name, record)) if is_sampled(record) else None
                 )
                 if why:
-                    found.setdefault(result["test"], why)
+                    found.setdefault(result.test, why)
         return found
 
     def _measured(self, test: str, name: str, record: dict[str, Any]) -> list[Any]:
@@ -395,38 +394,40 @@ class Verdicts:
         strict = self.settings.counters == "strict"
         return policy.settle(comparison, name, accepted, strict)
 
-    def payload(self, item: pytest.Item) -> dict[str, Any] | None:
+    def payload(self, item: pytest.Item) -> Result | None:
         """What travels in a passed benchmark's report: metrics, threshold, verdicts, new
         errors; None for a test that measured nothing."""
         bench = item.stash.get(BENCHMARK_KEY, None)
-        if bench is None or not (bench.metrics or getattr(bench, "uncounted", None)):
+        if bench is None or not (bench.metrics or bench.uncounted):
             return None  # (under valgrind, what was not counted and why travels too)
         chosen = markers.bench_settings(markers.bench_mark(item))
         threshold = chosen.threshold or self.settings.threshold
         known = len(self.errors)
-        accepted = getattr(bench, "accepted", {})
+        accepted = bench.accepted
         for said in policy.unrecorded(accepted, chosen.tolerance, bench.metrics):
             self.errors.append(f"{item.nodeid}: {said}")
         verdicts = self.judge(item.nodeid, bench.metrics, threshold, accepted)
-        return {
-            "test": item.nodeid,
-            "threshold": threshold,
-            "metrics": bench.metrics,
-            "verdicts": verdicts,
-            "accepted": accepted,
-            "errors": self.errors[known:],
-            "notes": getattr(bench, "superseded", []),
-            "work_seconds": getattr(bench, "work_seconds", 0.0),
-            "instruction_seconds": getattr(bench, "instruction_seconds", 0.0),
-            "uncounted": getattr(bench, "uncounted", {}),
-            "instructions": chosen.instructions,
-            "no_peak": getattr(bench, "no_peak", None),  # why a step with FLOPs has no mfu
-        }
+        return Result(
+            test=item.nodeid,
+            threshold=threshold,
+            metrics=bench.metrics,
+            verdicts=verdicts,
+            accepted=accepted,
+            errors=self.errors[known:],
+            notes=bench.superseded,
+            work_seconds=bench.work_seconds,
+            instruction_seconds=bench.instruction_seconds,
+            uncounted=bench.uncounted,
+            instructions=chosen.instructions,
+            no_peak=bench.no_peak,
+        )
 
     def collect(self, payload: dict[str, Any]) -> None:
-        self.results.append(payload)
-        self.errors.extend(e for e in payload.get("errors", ()) if e not in self.errors)
-        for note in payload.get("notes", ()):
+        """Take a result from a test report's ``user_properties`` (the wire's JSON form)."""
+        result = Result.from_dict(payload)
+        self.results.append(result)
+        self.errors.extend(e for e in result.errors if e not in self.errors)
+        for note in result.notes:
             if note not in self.notes:
                 self.notes.append(note)
 
@@ -437,9 +438,9 @@ class Verdicts:
     def having(self, verdict: str) -> list[tuple[str, str, dict[str, Any]]]:
         """(test, metric, verdict) of every metric judged ``verdict``."""
         return [
-            (r["test"], name, v)
+            (r.test, name, v)
             for r in self.results
-            for name, v in r["verdicts"].items()
+            for name, v in r.verdicts.items()
             if v["verdict"] == verdict
         ]
 
@@ -462,8 +463,8 @@ class Verdicts:
         updates: dict[Path, dict[str, dict[str, Any]]] = {}
         stamp = {"recorded": writer.now(), "commit": vcs.head_commit(self.config.rootpath)}
         for result in self.results:
-            for name, record in result["metrics"].items():
-                entry = updates.setdefault(self.path_for(record), {}).setdefault(result["test"], {})
+            for name, record in result.metrics.items():
+                entry = updates.setdefault(self.path_for(record), {}).setdefault(result.test, {})
                 entry[name] = {**compact(record), **stamp}
         written = []
         # no link of a baseline file leads out of the project, or out of a directory outside it
@@ -504,9 +505,9 @@ class Verdicts:
             return None
         mine = baselines.machine_path(self.directory, self.fingerprint)
         missing = any(
-            is_sampled(r["metrics"][name]) and v["verdict"] == stats.NO_BASELINE
+            is_sampled(r.metrics[name]) and v["verdict"] == stats.NO_BASELINE
             for r in self.results
-            for name, v in r["verdicts"].items()
+            for name, v in r.verdicts.items()
         )
         if mine.exists() or not missing:
             return None
@@ -551,7 +552,7 @@ class Verdicts:
         )
 
     def unit(self, test: str, name: str) -> str:
-        return str(next(r["metrics"][name]["unit"] for r in self.results if r["test"] == test))
+        return str(next(r.metrics[name]["unit"] for r in self.results if r.test == test))
 
 
 def _current(record: dict[str, Any]) -> float | None:
@@ -571,8 +572,8 @@ def append(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     return {**new, "earlier": earlier[:EARLIER_RUNS]}
 
 
-def _sampled(result: dict[str, Any]) -> bool:
-    return any(is_sampled(m) for m in result["metrics"].values())
+def _sampled(result: Result) -> bool:
+    return any(is_sampled(m) for m in result.metrics.values())
 
 
 def compact(record: dict[str, Any]) -> dict[str, Any]:

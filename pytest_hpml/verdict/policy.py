@@ -14,10 +14,11 @@ with its reason, up to the amount it names (Note [Accepted changes]).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..bench import metrics
+from ..model import Result
 from . import stats
 from .judge import joined
 
@@ -225,7 +226,7 @@ def traded(verdicts: dict[str, dict[str, Any]], strict: bool) -> int:
 BEFORE_CONTROL = "before_control"
 
 
-def control(results: list[dict[str, Any]], strict: bool, against: bool = False) -> tuple[int, int]:
+def control(results: Sequence[Result], strict: bool, against: bool = False) -> tuple[int, int]:
     """The steps that judge a session's verdicts together, once every metric is judged: the
     Benjamini-Hochberg control over all tested metrics (Note [Many metrics]), then per test
     the size counters a measured speed-up paid for and the transfers traded for syncs (Note
@@ -233,12 +234,12 @@ def control(results: list[dict[str, Any]], strict: bool, against: bool = False) 
     its earlier verdict and reason under BEFORE_CONTROL. Returns (demoted, tested): how many
     changes the control demoted, and how many metrics rest on a test. Head against base
     (``against``) controls at the pairs' own level (Note [Head against base])."""
-    everything = [v for result in results for v in result["verdicts"].values()]
+    everything = [v for result in results for v in result.verdicts.values()]
     before = [(v["verdict"], v.get("reason", "")) for v in everything]
     demoted = stats.session_wide(everything, stats.PAIR_ALPHA if against else stats.ALPHA)
     for result in results:
-        paid_for(result["verdicts"], strict)
-        traded(result["verdicts"], strict)
+        paid_for(result.verdicts, strict)
+        traded(result.verdicts, strict)
     for verdict, (was, why) in zip(everything, before):
         if (verdict["verdict"], verdict.get("reason", "")) != (was, why):
             verdict[BEFORE_CONTROL] = {"verdict": was, "reason": why}
