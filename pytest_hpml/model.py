@@ -1,18 +1,84 @@
 """The results a run passes between its layers, typed: one benchmark's :class:`Result`, with
-its metrics' records and verdicts. Dicts only at the edges: :meth:`Result.to_dict` for the
-JSON report and the wire (xdist, reruns), :meth:`Result.from_dict` to read them back."""
+its metrics' records and their :class:`Comparison` verdicts. Dicts only at the edges:
+``to_dict`` for the JSON report and the wire (xdist, reruns), ``from_dict`` to read them back."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 # A metric's record as the benchmark fixture made it (values, unit, kind, samples, runs): a
 # dict still, as stored baselines and the wire hold it.
 Record = dict[str, Any]
-# A metric's verdict, as ``stats.Comparison`` gives it, in its JSON form.
-VerdictData = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The verdict on one metric, with what it rests on."""
+
+    verdict: str
+    baseline: float | None = None
+    current: float | None = None
+    change: float | None = None  # relative: +0.15 means 15% higher than the baseline
+    confidence: float | None = None  # 1 - p of the one-sided test in the direction of change
+    threshold: float | None = None
+    reason: str = ""
+    raw_change: float | None = None  # before normalization by the reference, when it applies
+    pairs: tuple[float, ...] | None = None  # --hpml-against: head/base ratio of each pair
+    sides: dict[str, tuple[float, ...]] | None = None  # --hpml-against: each process's value
+    # torch's state each side measured in, its distinct ones (Note [Torch state])
+    states: dict[str, list[dict[str, Any]]] | None = None
+    # --hpml-against: the change's interval at the level of one look (Note [Adaptive pairs])
+    interval: tuple[float, float] | None = None
+    # --hpml-against: the degrees of freedom of the t test behind ``interval``
+    degrees: float | None = None
+    # --hpml-against: the interval at the level of each look alone, which settles a pass
+    # (Note [Adaptive pairs])
+    settling: tuple[float, float] | None = None
+    # the verdict and reason before the session-wide control changed them (Note [Sharded
+    # runs]): what `pytest-hpml merge` takes the control again from
+    before: Earlier | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form, as the report and the wire hold it."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "before"}
+        data["pairs"] = None if self.pairs is None else list(self.pairs)
+        data["interval"] = None if self.interval is None else list(self.interval)
+        data["settling"] = None if self.settling is None else list(self.settling)
+        if self.sides is not None:
+            data["sides"] = {side: list(values) for side, values in self.sides.items()}
+        if self.before is not None:
+            data[BEFORE_CONTROL] = {"verdict": self.before.verdict, "reason": self.before.reason}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
+        """A verdict read back from its JSON form; a field a report lacks takes its default."""
+        found = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        for name in ("pairs", "interval", "settling"):
+            if found.get(name) is not None:
+                found[name] = tuple(found[name])
+        if found.get("sides") is not None:
+            found["sides"] = {side: tuple(values) for side, values in found["sides"].items()}
+        earlier = data.get(BEFORE_CONTROL)
+        if isinstance(earlier, Mapping):
+            found["before"] = Earlier(earlier.get("verdict", ""), earlier.get("reason", ""))
+        else:
+            found.pop("before", None)
+        return cls(**found)
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """A verdict and its reason as its test's run found them, before the session-wide steps."""
+
+    verdict: str
+    reason: str
+
+
+# The JSON key of :attr:`Comparison.before`.
+BEFORE_CONTROL = "before_control"
 
 
 @dataclass
@@ -22,7 +88,7 @@ class Result:
     test: str  # the pytest node id
     threshold: float  # the relative change that counts, for its time metrics
     metrics: dict[str, Record] = field(default_factory=dict)
-    verdicts: dict[str, VerdictData] = field(default_factory=dict)
+    verdicts: dict[str, Comparison] = field(default_factory=dict)
     accepted: dict[str, dict[str, str]] = field(default_factory=dict)  # benchmark.expect_change
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # settings of other plugins overridden
@@ -38,7 +104,7 @@ class Result:
             "test": self.test,
             "threshold": self.threshold,
             "metrics": self.metrics,
-            "verdicts": self.verdicts,
+            "verdicts": {name: verdict.to_dict() for name, verdict in self.verdicts.items()},
             "accepted": self.accepted,
             "errors": self.errors,
             "notes": self.notes,
@@ -57,7 +123,10 @@ class Result:
             test=data["test"],
             threshold=data.get("threshold", 0.0),
             metrics=dict(data.get("metrics") or {}),
-            verdicts=dict(data.get("verdicts") or {}),
+            verdicts={
+                name: Comparison.from_dict(verdict)
+                for name, verdict in (data.get("verdicts") or {}).items()
+            },
             accepted=dict(data.get("accepted") or {}),
             errors=list(data.get("errors") or ()),
             notes=list(data.get("notes") or ()),

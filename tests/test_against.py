@@ -27,6 +27,7 @@ import pytest
 
 from pytest_hpml.bench.sides import Pairs, Side
 from pytest_hpml.config.role import RERUN_ENV
+from pytest_hpml.model import Comparison
 from pytest_hpml.verdict import stats
 from tests.conftest import (
     BENCH_TIME,
@@ -285,7 +286,9 @@ def test_settled_benchmarks_stop_and_the_others_run_to_the_cap(repo: Project) ->
     # did; test_spread is settled there too where its 5 pairs fit its interval in 15%
     spread_time = results["test_spread"]["time"]  # settled: beyond the threshold, or within it
     decided = spread_time["verdict"] in (stats.REGRESSED, stats.IMPROVED)
-    settled = decided or stats.quiet(spread_time)  # an inconclusive one is neither
+    settled = decided or stats.quiet(
+        Comparison.from_dict(spread_time)
+    )  # an inconclusive one is neither
     assert against["looks"][-1] == [5, 2 + settled], out
     if not settled:
         let_go = "1 of 3 unsettled at the cap of 5; 1 more let go earlier: it would not settle them"

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_hpml.bench import instructions
+from pytest_hpml.model import Comparison
 from pytest_hpml.verdict import stats
 from pytest_hpml.verdict.judge import OTHERS, explain
 from tests.conftest import TIMES_UNJUDGED
@@ -219,7 +220,7 @@ def test_against_base_counts_both_sides_of_the_changed_benchmarks(project: Proje
     unsettled = {
         test
         for (test, metric), verdict in verdicts.items()
-        if metric == "time" and not stats.quiet(verdict)
+        if metric == "time" and not stats.quiet(Comparison.from_dict(verdict))
     }
     assert counted == {"test_more_torch_work"} | unsettled, verdicts
     left_out = 3 - len(counted)

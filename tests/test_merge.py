@@ -10,7 +10,6 @@ suite's other changes support it.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shlex
 import shutil
@@ -21,7 +20,7 @@ import pytest
 
 from pytest_hpml import cli
 from pytest_hpml.hardware.fingerprint import Fingerprint
-from pytest_hpml.model import Result
+from pytest_hpml.model import Comparison, Result
 from pytest_hpml.report import files, text
 from pytest_hpml.verdict import policy, stats
 from tests.conftest import TIMES_UNJUDGED
@@ -143,7 +142,7 @@ def shard(p_values: dict[str, float]) -> dict[str, Any]:
                 test=f"test_x.py::{test}",
                 threshold=0.1,
                 metrics={"time": TIME},
-                verdicts={"time": dataclasses.asdict(judged)},
+                verdicts={"time": judged},
             )
         )
     demoted, tested = policy.control(results, strict=False)
@@ -211,7 +210,8 @@ def test_a_regression_demoted_in_its_shard_stands_with_the_suites_other_changes(
     found = time_verdicts(tmp_path / "merged.json")
     in_its_shard = one["results"][0]["verdicts"]["time"]
     assert in_its_shard[policy.BEFORE_CONTROL] == {"verdict": stats.REGRESSED, "reason": ""}
-    assert found["test_slow"] == policy.uncontrolled(in_its_shard)  # its reason said so
+    earlier = policy.uncontrolled(Comparison.from_dict(in_its_shard))
+    assert found["test_slow"] == earlier.to_dict()  # its reason said so
     assert sum(v["verdict"] == stats.REGRESSED for v in found.values()) == 7
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_hpml.model import Comparison
 from tests.conftest import TIMES_UNJUDGED
 
 if TYPE_CHECKING:
@@ -313,14 +314,9 @@ def test_an_unreadable_accepted_amount_is_not_applied_and_said() -> None:
 # --- the rules that read several verdicts of one benchmark (Note [Counter policy]) ----------
 
 
-def verdict(name: str, baseline: float, current: float) -> dict[str, Any]:
-    return {
-        "verdict": name,
-        "baseline": baseline,
-        "current": current,
-        "change": current / baseline - 1 if baseline else None,
-        "reason": "",
-    }
+def verdict(name: str, baseline: float, current: float) -> Comparison:
+    change = current / baseline - 1 if baseline else None
+    return Comparison(name, baseline=baseline, current=current, change=change)
 
 
 @pytest.mark.parametrize("strict", [False, True])
@@ -334,19 +330,18 @@ def test_grown_allocations_of_a_faster_call_are_shown_not_failed(strict: bool) -
         "allocations": verdict("regressed", 98, 130),
         "syncs": verdict("regressed", 0, 1),  # a cost: never excused by a faster call
     }
-    assert policy.paid_for(verdicts, strict=strict) == (0 if strict else 1)
-    assert verdicts["allocations"]["verdict"] == ("regressed" if strict else "changed")
-    assert verdicts["syncs"]["verdict"] == "regressed"
+    found = policy.paid_for(verdicts, strict=strict)
+    assert found["allocations"].verdict == ("regressed" if strict else "changed")
+    assert found["syncs"].verdict == "regressed"
     if not strict:
-        assert "the time improved" in verdicts["allocations"]["reason"]
+        assert "the time improved" in found["allocations"].reason
 
 
 def test_grown_allocations_of_a_call_not_faster_still_fail() -> None:
     from pytest_hpml.verdict import policy
 
     verdicts = {"time": verdict("pass", 1.0, 1.0), "allocations": verdict("regressed", 98, 130)}
-    assert policy.paid_for(verdicts, strict=False) == 0
-    assert verdicts["allocations"]["verdict"] == "regressed"
+    assert policy.paid_for(verdicts, strict=False) == verdicts
 
 
 @pytest.mark.parametrize(
@@ -359,17 +354,16 @@ def test_host_tensors_traded_for_fewer_syncs(
     """torchmetrics 1.1.1 -> 1.1.2: 6,978 syncs became 8, and 2 host tensors appeared."""
     from pytest_hpml.verdict import policy
 
-    def verdicts() -> dict[str, dict[str, Any]]:
+    def verdicts() -> dict[str, Comparison]:
         syncs = "improved" if syncs_before > 0 else "pass"
         return {
             "syncs": verdict(syncs, syncs_before, 0),
             "host_tensors": verdict("regressed", 0, host_tensors_after),
         }
 
-    found = verdicts()
-    policy.traded(found, strict=False)
-    assert found["host_tensors"]["verdict"] == expected
-    assert policy.traded(verdicts(), strict=True) == 0
+    found = policy.traded(verdicts(), strict=False)
+    assert found["host_tensors"].verdict == expected
+    assert policy.traded(verdicts(), strict=True) == verdicts()
 
 
 @pytest.mark.parametrize(("change", "expected"), [(0.017, "changed"), (0.12, "regressed")])

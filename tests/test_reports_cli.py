@@ -8,7 +8,6 @@ end-to-end run checks the plugin writes the same report.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import html
 import json
 import random
@@ -85,7 +84,7 @@ def make_document(directory: Path, mode: str = "compare") -> dict[str, Any]:
     results = []
     for test, metrics in CASES.items():
         verdicts = {
-            name: dataclasses.asdict(judge_metric(current, base, 0.1))
+            name: judge_metric(current, base, 0.1).to_dict()
             for name, (base, current) in metrics.items()
         }
         current = {name: record for name, (_, record) in metrics.items()}
@@ -245,7 +244,7 @@ def against_document() -> dict[str, Any]:
     judged by ``judge_paired`` as the plugin does (the case of the picture that showed head's
     wall-clock samples against base's best)."""
     pairs = [(process(1.09e-3, 2 * i), process(0.706e-3, 2 * i + 1)) for i in range(5)]
-    verdict = json.loads(json.dumps(dataclasses.asdict(judge_paired(pairs[0][0], pairs, 0.1))))
+    verdict = json.loads(json.dumps(judge_paired(pairs[0][0], pairs, 0.1).to_dict()))
     results = [
         {
             "test": AGAINST_ID,
@@ -989,7 +988,7 @@ def test_a_count_that_grows_from_zero_renders(
     tmp_path: Path, stored: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     document = make_document(stored)
-    breaks = dataclasses.asdict(judge_metric(counted(1), counted(0), 0.1))
+    breaks = judge_metric(counted(1), counted(0), 0.1).to_dict()
     assert breaks["change"] is None  # no relative change from 0 (JSON has no infinity)
     assert breaks["verdict"] == "regressed"
     document["results"][0]["metrics"]["graph_breaks"] = counted(1)

@@ -128,7 +128,7 @@ def test_compare_value_is_exact_or_within_tolerance(
     assert result.verdict == verdict
     if baseline == 0:  # no relative change from zero, and none that JSON cannot write
         assert result.change is None
-        assert json.loads(json.dumps(dataclasses.asdict(result), allow_nan=False))
+        assert json.loads(json.dumps(result.to_dict(), allow_nan=False))
 
 
 def test_time_is_judged_in_units_of_the_reference_workload() -> None:
@@ -313,28 +313,28 @@ def test_a_change_in_reference_units_stands_only_where_the_raw_times_show_it(
         assert "raw: a change must show in both beyond the threshold" in found.reason
 
 
-def verdict(name: str, p: float) -> dict[str, Any]:
-    return {"verdict": name, "change": 0.1, "confidence": 1 - p, "reason": ""}
+def verdict(name: str, p: float) -> stats.Comparison:
+    return stats.Comparison(name, change=0.1, confidence=1 - p)
 
 
 def test_one_marginal_regression_among_a_hundred_metrics_is_not_a_finding() -> None:
     found = [verdict("regressed", 0.005)] + [verdict("pass", 0.5) for _ in range(99)]
-    assert stats.session_wide(found) == 1
-    assert found[0]["verdict"] == "inconclusive"
-    assert "the session's 100 tested metrics" in found[0]["reason"]
+    controlled = stats.session_wide(found)
+    assert [v.verdict for v in controlled] == ["inconclusive"] + ["pass"] * 99
+    assert "the session's 100 tested metrics" in controlled[0].reason
 
 
 def test_strong_or_many_changes_survive_the_session_wide_control() -> None:
     strong = [verdict("regressed", 1e-6)] + [verdict("pass", 0.5) for _ in range(99)]
     many = [verdict("improved", 0.005) for _ in range(10)]
-    assert stats.session_wide(strong) == stats.session_wide(many) == 0
-    assert {v["verdict"] for v in many} == {"improved"}
+    assert stats.session_wide(strong) == strong
+    assert stats.session_wide(many) == many
 
 
 def test_counts_are_not_part_of_the_family() -> None:
-    counts = [{"verdict": "regressed", "change": 1.0, "confidence": None} for _ in range(50)]
+    counts = [stats.Comparison("regressed", change=1.0) for _ in range(50)]
     found = [verdict("regressed", 0.005), *counts]
-    assert stats.session_wide(found) == 0  # one tested metric: nothing to control
+    assert stats.session_wide(found) == found  # one tested metric: nothing to control
 
 
 def test_a_busy_machine_shows_in_the_load_or_the_reference_spread() -> None:
@@ -694,7 +694,7 @@ def test_a_pass_settles_at_the_level_of_one_look() -> None:
     assert result.interval[1] > 0.06 > result.settling[1]
     assert result.interval[0] < result.settling[0]
     assert stats.settled(result)
-    assert stats.quiet(dataclasses.asdict(result))
+    assert stats.quiet(result)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -732,17 +732,17 @@ def test_head_against_base_controls_the_session_at_the_pairs_level() -> None:
 
     def session() -> list[Result]:
         verdicts = {
-            "time": {"verdict": "regressed", "confidence": 0.98, "change": 0.1},
-            "time[other]": {"verdict": "pass", "confidence": 0.5, "change": 0.0},
+            "time": stats.Comparison("regressed", confidence=0.98, change=0.1),
+            "time[other]": stats.Comparison("pass", confidence=0.5, change=0.0),
         }
         return [Result("t", 0.06, verdicts=verdicts)]
 
     against, stored = session(), session()
     assert policy.control(against, strict=False, against=True) == (0, 2)
-    assert against[0].verdicts["time"]["verdict"] == "regressed"
+    assert against[0].verdicts["time"].verdict == "regressed"
     assert policy.control(stored, strict=False) == (1, 2)
-    assert stored[0].verdicts["time"]["verdict"] == "inconclusive"
-    assert "needs < 0.01" in stored[0].verdicts["time"]["reason"]
+    assert stored[0].verdicts["time"].verdict == "inconclusive"
+    assert "needs < 0.01" in stored[0].verdicts["time"].reason
 
 
 def test_a_pass_the_cap_would_not_settle_is_let_go_and_one_it_might_is_not() -> None:

@@ -3,17 +3,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..config.progress import plural
+from ..model import Comparison
 from ..run.bisect import Ended, Event, Judged, Started
 from . import text
 
 
-def describe(verdict: dict[str, Any], unit: str) -> str:
+def describe(verdict: Comparison, unit: str) -> str:
     """A verdict against GOOD in one line: the values, the change, what moved."""
     said = text.describe(verdict, unit)
-    return f"{said}; {verdict['reason']}" if verdict.get("reason") else said
+    return f"{said}; {verdict.reason}" if verdict.reason else said
 
 
 def lines(event: Event) -> list[str]:
@@ -27,7 +26,7 @@ def lines(event: Event) -> list[str]:
     if isinstance(event, Judged):
         verdict = event.verdict
         said = describe(verdict, event.unit)
-        return [f"  {event.commit}: {event.metric} {verdict['verdict']}, {said}"]
+        return [f"  {event.commit}: {event.metric} {verdict.verdict}, {said}"]
     return _ended(event)
 
 
@@ -40,6 +39,6 @@ def _ended(event: Ended) -> list[str]:
         ]
     return [
         f"first commit where {metric} changed: {found.commit.sha} {found.commit.subject}",
-        f"  {metric} {found.verdict['verdict']}: {describe(found.verdict, found.unit)}",
+        f"  {metric} {found.verdict.verdict}: {describe(found.verdict, found.unit)}",
         f"bisect: {plural(event.commits, 'commit')} searched in {took}",
     ]

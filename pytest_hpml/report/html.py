@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from ..bench.metrics import kind_of, per_second
-from ..model import Result, results_of
+from ..model import Comparison, Result, results_of
 from ..verdict import judge, stats
 from ..verdict.paired import THREAD_CLOCK
 from . import text as reports
@@ -286,7 +286,7 @@ def _changes(figure_class: Any, results: Sequence[Result]) -> str:
         (f"{r.test}  {name}", v)
         for r in results
         for name, v in sorted(r.verdicts.items())
-        if v["change"] is not None
+        if v.change is not None
     ]
     if not bars:
         return ""
@@ -294,15 +294,16 @@ def _changes(figure_class: Any, results: Sequence[Result]) -> str:
     ax = figure.add_subplot()
     ys = range(len(bars))[::-1]  # the first test at the top, as in the table
     for y, (_, v) in zip(ys, bars):
-        if v.get("threshold"):  # grey band: a bar that ends inside it moved less than that
-            width = 200 * v["threshold"]
+        if v.threshold:  # grey band: a bar that ends inside it moved less than that
+            width = 200 * v.threshold
             ax.barh(y, width, left=-width / 2, height=0.9, color="#e6e6e6", zorder=1)
-        change = _finite(v["change"]) * 100
-        clipped = change != v["change"] * 100
-        colour = COLOURS.get(v["verdict"], "#666")
+        moved = v.change or 0.0  # bars hold only the changes that are not None
+        change = _finite(moved) * 100
+        clipped = change != moved * 100
+        colour = COLOURS.get(v.verdict, "#666")
         ax.barh(y, change, height=0.6, color=colour, hatch="//" if clipped else None, zorder=2)
         ax.annotate(
-            f"{v['change']:+.1%}",
+            f"{v.change:+.1%}",
             (change, y),
             xytext=(4 if change >= 0 else -4, 0),
             textcoords="offset points",
@@ -314,7 +315,7 @@ def _changes(figure_class: Any, results: Sequence[Result]) -> str:
     ax.axvline(0, color="#444", linewidth=0.8, zorder=3)
     ax.set_xlabel("change from the baseline, % (grey: within the threshold)", fontsize=9)
     ax.margins(x=0.15, y=0.5 / len(bars))
-    _legend(ax, {v["verdict"] for _, v in bars})
+    _legend(ax, {v.verdict for _, v in bars})
     return "<h2>Changes</h2>\n" + _png(figure, "relative change of every metric")
 
 
@@ -433,7 +434,8 @@ def panel_values(name: str, result: Result, base: Mapping[str, Any] | None) -> P
     """The values behind one metric's verdict: with --hpml-against, each pair's two processes'
     values as the verdict picked them (``sides``); else the pooled samples a stored baseline
     is judged on, with the median of each process."""
-    record, verdict = result.metrics[name], result.verdicts.get(name, {})
+    record = result.metrics[name]
+    verdict = result.verdicts.get(name) or Comparison("")
     sides = _sides(verdict)
     if sides:
         groups, medians = {"base": sides[1], "head": sides[0]}, {}
@@ -444,13 +446,13 @@ def panel_values(name: str, result: Result, base: Mapping[str, Any] | None) -> P
         medians = {k: _rounded([stats.median(r["samples"]) for r in v]) for k, v in runs.items()}
         medians = {k: v for k, v in medians.items() if len(v) > 1}  # one is the box's median
         statistic, clock = "every sample", "the wall clock"
-    baseline, threshold = verdict.get("baseline"), verdict.get("threshold")
+    baseline, threshold = verdict.baseline, verdict.threshold
     band = (
         (baseline * (1 - threshold), baseline * (1 + threshold)) if baseline and threshold else None
     )
     return Panel(
         name,
-        verdict.get("verdict", ""),
+        verdict.verdict,
         record["unit"],
         statistic,
         clock,
@@ -458,17 +460,17 @@ def panel_values(name: str, result: Result, base: Mapping[str, Any] | None) -> P
         paired=bool(sides),
         medians=medians,
         baseline=baseline,
-        current=verdict.get("current"),
+        current=verdict.current,
         threshold=threshold,
         band=band,
     )
 
 
-def _sides(verdict: Mapping[str, Any]) -> tuple[list[float], list[float]] | None:
+def _sides(verdict: Comparison) -> tuple[list[float], list[float]] | None:
     """Head's and base's per-process values of a head-against-base verdict, pair by pair, or
     None (a stored-baseline verdict, or too few pairs to judge)."""
-    sides = verdict.get("sides")
-    if not isinstance(sides, Mapping):
+    sides = verdict.sides
+    if sides is None:
         return None
     head, base = (list(sides.get(k) or ()) for k in ("head", "base"))
     if not head or len(head) != len(base):
@@ -476,10 +478,10 @@ def _sides(verdict: Mapping[str, Any]) -> tuple[list[float], list[float]] | None
     return head, base
 
 
-def _statistic(record: Mapping[str, Any], verdict: Mapping[str, Any]) -> tuple[str, str]:
+def _statistic(record: Mapping[str, Any], verdict: Comparison) -> tuple[str, str]:
     """The statistic and the clock of each process's value (verdict.paired.judge_paired)."""
     pick = "highest" if per_second(record) else "fastest"
-    thread = THREAD_CLOCK in verdict.get("reason", "")
+    thread = THREAD_CLOCK in verdict.reason
     return f"{pick} sample of each process", (
         "the measuring thread's CPU clock" if thread else "the wall clock"
     )
@@ -525,7 +527,7 @@ def _title(shown: Panel) -> str:
     """'time: regressed, 706 us -> 1.09 ms': the table's row, in short."""
     title = f"{shown.metric}: {shown.verdict}" if shown.verdict else shown.metric
     if shown.baseline is not None and shown.current is not None:
-        judged = {"baseline": shown.baseline, "current": shown.current}
+        judged = Comparison(shown.verdict, shown.baseline, shown.current)
         title += f", {' -> '.join(reports.values(judged, shown.unit))}"
     return title
 

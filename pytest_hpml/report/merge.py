@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..model import Result
+from ..model import Result, results_of
 from ..storage.writer import now
 from ..verdict import policy, stats
 from ..verdict.baselines import BaselineError
@@ -60,8 +60,7 @@ def merge(reports: Sequence[Report]) -> tuple[dict[str, Any], int]:
     (first_path, first), *others = reports
     for path, document in others:
         _check_shared((first_path, first), (path, document))
-    found, repeated = _results(reports)
-    results = [Result.from_dict(result) for result in found]
+    results, repeated = _results(reports)
     demoted = tested = 0
     if first["baseline_mode"] == "compare" or first.get("against"):  # as the session judges
         strict = first["counters"] == "strict"
@@ -116,32 +115,37 @@ def _said(value: Any) -> str:
     return "none" if value is None else repr(value)
 
 
-def _results(reports: Sequence[Report]) -> tuple[list[dict[str, Any]], int]:
+def _results(reports: Sequence[Report]) -> tuple[list[Result], int]:
     """Every report's results, each verdict as its test's run found it; a test in several
     reports once, where they agree (its first), else :class:`Unmergeable`."""
-    kept: dict[str, tuple[Path, dict[str, Any]]] = {}
+    kept: dict[str, tuple[Path, Result]] = {}
     repeated = 0
     for path, document in reports:
-        for result in document["results"]:
-            verdicts = {name: policy.uncontrolled(v) for name, v in result["verdicts"].items()}
-            found = (path, {**result, "verdicts": verdicts})
-            earlier = kept.setdefault(result["test"], found)
+        for result in results_of(document):
+            result.verdicts = {n: policy.uncontrolled(v) for n, v in result.verdicts.items()}
+            found = (path, result)
+            earlier = kept.setdefault(result.test, found)
             if earlier is not found:
-                _check_agree(result["test"], earlier, found)
+                _check_agree(result.test, earlier, found)
                 repeated += 1
     return [result for _, result in kept.values()], repeated
 
 
-def _check_agree(test: str, earlier: tuple[Path, dict[str, Any]], later: Report) -> None:
+def _check_agree(test: str, earlier: tuple[Path, Result], later: tuple[Path, Result]) -> None:
     """A test in two reports (shards that overlap) must have been judged alike in both."""
     (one, mine), (two, theirs) = earlier, later
-    for name in sorted(mine["verdicts"].keys() | theirs["verdicts"].keys()):
-        said = [r["verdicts"].get(name, {}).get("verdict", "not measured") for r in (mine, theirs)]
+    for name in sorted(mine.verdicts.keys() | theirs.verdicts.keys()):
+        said = [_verdict_of(r, name) for r in (mine, theirs)]
         if said[0] != said[1]:
             raise Unmergeable(
                 f"{test} is in {one} and {two}, judged differently: its {name} is {said[0]} in "
                 f"{one}, {said[1]} in {two}; run it in one shard only"
             )
+
+
+def _verdict_of(result: Result, name: str) -> str:
+    found = result.verdicts.get(name)
+    return "not measured" if found is None else found.verdict
 
 
 def _unique(values: Iterable[Any]) -> list[Any]:

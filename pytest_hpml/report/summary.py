@@ -221,7 +221,7 @@ def _unreached(reporter: Any, verdicts: Verdicts) -> None:
         (test, name)
         for r in verdicts.results
         for name, v in r.verdicts.items()
-        if v["verdict"] == stats.INCONCLUSIVE and is_sampled(r.metrics[name])
+        if v.verdict == stats.INCONCLUSIVE and is_sampled(r.metrics[name])
         for test in [r.test]
     ]
     if not unreached:
@@ -278,7 +278,7 @@ def _work(reporter: Any, verdicts: Verdicts) -> None:
     """What the table leaves out of the work counters (Note [Work counters]); and under
     pytest-xdist, that only counts were measured."""
     judged = [
-        v["verdict"]
+        v.verdict
         for r in verdicts.results
         for name, v in r.verdicts.items()
         if is_work_counter(name)
@@ -375,7 +375,7 @@ def _some(tests: list[str], of: int, shown: int = 5) -> str:
 
 
 def _has(result: Result, verdict: str) -> bool:
-    return any(v["verdict"] == verdict for v in result.verdicts.values())
+    return any(v.verdict == verdict for v in result.verdicts.values())
 
 
 def _let_go(verdicts: Any) -> set[str]:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..bench.metrics import is_work_counter
-from ..model import Result
+from ..model import Comparison, Result
 from ..verdict import stats
 
 # What a terminal, an editor or a browser acts on instead of showing (Note [Shown text]): C0
@@ -68,10 +68,10 @@ def rows(results: Sequence[Result]) -> list[dict[str, str]]:
     out = []
     for result in results:
         for name, verdict in sorted(result.verdicts.items()):
-            if is_work_counter(name) and verdict["verdict"] in QUIET:
+            if is_work_counter(name) and verdict.verdict in QUIET:
                 continue
             unit = result.metrics[name]["unit"]
-            change, raw = verdict["change"], verdict.get("raw_change")
+            change, raw = verdict.change, verdict.raw_change
             if raw is None:  # judged raw (no reference, or it did not steady the baseline)
                 raw = change
             baseline, current = values(verdict, unit)
@@ -84,10 +84,10 @@ def rows(results: Sequence[Result]) -> list[dict[str, str]]:
                     "change": percent(change),
                     "raw change": percent(raw),
                     "confidence": "-"
-                    if verdict["confidence"] is None
-                    else f"{verdict['confidence']:.1%}",
-                    "verdict": verdict["verdict"],
-                    "reason": verdict.get("reason", ""),
+                    if verdict.confidence is None
+                    else f"{verdict.confidence:.1%}",
+                    "verdict": verdict.verdict,
+                    "reason": verdict.reason,
                 }
             )
     return out
@@ -153,7 +153,8 @@ def citations(results: Sequence[Result]) -> list[str]:
             if not cited:
                 continue
             unit = record.get("unit", "")
-            here = result.verdicts.get(name, {}).get("current")
+            judged = result.verdicts.get(name)
+            here = None if judged is None else judged.current
             lines.append(
                 f"{result.test} {name}: here {fmt(here, unit)}; "
                 f"cited {fmt(cited['value'], unit)} ({cited['source']})"
@@ -175,7 +176,7 @@ def counts(results: Sequence[Result]) -> dict[str, int]:
     found = {v: 0 for v in stats.VERDICTS}
     for result in results:
         for verdict in result.verdicts.values():
-            found[verdict["verdict"]] += 1
+            found[verdict.verdict] += 1
     return {k: n for k, n in found.items() if n}
 
 
@@ -248,10 +249,10 @@ def differs(against: dict[str, Any]) -> str:
     return "no installed version differs between the two environments: only the code"
 
 
-def values(verdict: dict[str, Any], unit: str) -> tuple[str, str]:
+def values(verdict: Comparison, unit: str) -> tuple[str, str]:
     """Baseline and current, readable; in full where rounding would show two different counts
     alike (29,500 B and 29,504 B are both '29.5 kB')."""
-    baseline, current = verdict["baseline"], verdict["current"]
+    baseline, current = verdict.baseline, verdict.current
     shown = fmt(baseline, unit), fmt(current, unit)
     counts = all(isinstance(v, (int, float)) and float(v).is_integer() for v in (baseline, current))
     if shown[0] == shown[1] and baseline != current and counts:
@@ -264,16 +265,16 @@ def percent(change: float | None) -> str:
     return "-" if change is None else f"{change:+.1%}"
 
 
-def describe(verdict: dict[str, Any], unit: str = "") -> str:
+def describe(verdict: Comparison, unit: str = "") -> str:
     """One line for a verdict: baseline -> current, change (and raw change), confidence."""
     parts = [" -> ".join(values(verdict, unit))]
-    if verdict.get("raw_change") is not None:
-        parts.append(f"raw {percent(verdict['raw_change'])}")
-    if verdict["change"] is not None:
-        judged = " in reference units" if verdict.get("raw_change") is not None else ""
-        parts.append(f"change {percent(verdict['change'])}{judged}")
-    if verdict["confidence"] is not None:
-        parts.append(f"confidence {verdict['confidence']:.1%}")
-    if verdict.get("threshold") is not None:
-        parts.append(f"threshold {verdict['threshold']:.0%}")
+    if verdict.raw_change is not None:
+        parts.append(f"raw {percent(verdict.raw_change)}")
+    if verdict.change is not None:
+        judged = " in reference units" if verdict.raw_change is not None else ""
+        parts.append(f"change {percent(verdict.change)}{judged}")
+    if verdict.confidence is not None:
+        parts.append(f"confidence {verdict.confidence:.1%}")
+    if verdict.threshold is not None:
+        parts.append(f"threshold {verdict.threshold:.0%}")
     return ", ".join(parts)

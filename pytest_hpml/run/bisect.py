@@ -13,7 +13,6 @@ too.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import os
 import sys
@@ -27,6 +26,7 @@ from typing import Any, Union
 from .. import vcs
 from ..bench import reruns
 from ..bench.metrics import is_work_counter
+from ..model import Comparison
 from ..verdict import judge, stats
 from ..verdict.baselines import BaselineError
 
@@ -59,7 +59,7 @@ class Found:
     """The first commit whose metric differs from GOOD's, and its verdict against GOOD."""
 
     commit: Commit
-    verdict: dict[str, Any]
+    verdict: Comparison
     unit: str
 
 
@@ -81,7 +81,7 @@ class Judged:
 
     commit: Commit
     metric: str
-    verdict: dict[str, Any]
+    verdict: Comparison
     unit: str
 
 
@@ -178,35 +178,35 @@ class Bisect:
             # GOOD is unchanged; the first change lies in (low, high]. BAD is judged only if
             # the search ends there: where an earlier commit moved, so did BAD (one change,
             # which stays: what a bisection assumes), and one run is saved.
-            judged: dict[int, dict[str, Any]] = {}
+            judged: dict[int, Comparison] = {}
             low, high = -1, len(found) - 1
             while high - low > 1:
                 middle = (low + high) // 2
                 judged[middle] = self._judge(found[middle])
-                moved = judged[middle]["verdict"] in MOVED
+                moved = judged[middle].verdict in MOVED
                 low, high = (low, middle) if moved else (middle, high)
             if high not in judged:
                 judged[high] = self._judge(found[high])
-                if judged[high]["verdict"] not in MOVED:
+                if judged[high].verdict not in MOVED:
                     return None
             return Found(found[high], judged[high], self.unit)
 
-    def _judge(self, commit: Commit) -> dict[str, Any]:
+    def _judge(self, commit: Commit) -> Comparison:
         """``commit``'s verdict on the metric against GOOD, and a line saying it."""
         for _ in range(TRIES):
             if self.against is not None:
                 record = self._measure(commit)
-                verdict = dataclasses.asdict(judge.judge_count(record, self.against, 0.0))
+                verdict = judge.judge_count(record, self.against, 0.0)
             else:
                 result = self._result(commit, [f"--hpml-against={self.good.sha}"])
                 verdict = self._verdict(commit, result)
-            if verdict["verdict"] != stats.INCONCLUSIVE:
+            if verdict.verdict != stats.INCONCLUSIVE:
                 break
         self.tell(Judged(commit, self.metric, verdict, self.unit))
-        if verdict["verdict"] not in (*MOVED, stats.PASS):
+        if verdict.verdict not in (*MOVED, stats.PASS):
             raise BisectError(
-                f"at {commit}: {self.metric} is {verdict['verdict']} against GOOD "
-                f"{TRIES} times ({verdict.get('reason') or 'no reason given'}); give it more "
+                f"at {commit}: {self.metric} is {verdict.verdict} against GOOD "
+                f"{TRIES} times ({verdict.reason or 'no reason given'}); give it more "
                 "pairs or time (-- --hpml-pairs=N --hpml-bench-time=S)"
             )
         return verdict
@@ -217,11 +217,11 @@ class Bisect:
         first = [f"--hpml-bench-time={BRIEF}"]
         return self._recorded(commit, self._result(commit, ["--hpml-baseline=off"], first))
 
-    def _verdict(self, commit: Commit, result: dict[str, Any]) -> dict[str, Any]:
+    def _verdict(self, commit: Commit, result: dict[str, Any]) -> Comparison:
         """The metric's verdict against GOOD in ``result``, of --hpml-against=GOOD."""
         self._recorded(commit, result)
-        verdict: dict[str, Any] = result["verdicts"][self.metric]
-        if verdict["verdict"] == stats.NEW:
+        verdict = Comparison.from_dict(result["verdicts"][self.metric])
+        if verdict.verdict == stats.NEW:
             raise BisectError(f"{result['test']} is not at GOOD, {self.good}: nothing to judge by")
         return verdict
 

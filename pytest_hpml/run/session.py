@@ -214,10 +214,10 @@ class Verdicts:
             gone = found.names("base", result.test) - set(result.metrics)
             self.removed += [f"{result.test} {name}" for name in sorted(gone)]
 
-    def judge_against(self, result: Result, metrics: dict[str, Any]) -> dict[str, Any]:
+    def judge_against(self, result: Result, metrics: dict[str, Any]) -> dict[str, stats.Comparison]:
         """Verdicts for ``metrics`` of one test (``result``) on the pairs of processes and
         the counts under valgrind of both sides."""
-        verdicts = {}
+        verdicts: dict[str, stats.Comparison] = {}
         for name, record in metrics.items():
             verdict = self._against(result, name, record, self.pairs)
             # only a time or rate is judged on the pairs: a recorded value has no interval
@@ -230,7 +230,7 @@ class Verdicts:
                 verdict = dataclasses.replace(verdict, reason=reason)
             verdict = threshold_said(verdict, record, self.settings.threshold)
             verdict = self.settle(verdict, name, result.accepted)
-            verdicts[name] = dataclasses.asdict(verdict)
+            verdicts[name] = verdict
         return verdicts
 
     def unsettled(self, found: Any) -> list[str]:
@@ -362,10 +362,10 @@ class Verdicts:
         metrics: dict[str, Any],
         threshold: float,
         accepted: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, stats.Comparison]:
         """Verdicts for every metric of one test (all ``no-baseline`` when mode is off);
         ``accepted``: the changes the test accepts (``benchmark.expect_change``)."""
-        verdicts = {}
+        verdicts: dict[str, stats.Comparison] = {}
         for name, record in metrics.items():
             # recording judges nothing: what it replaces is not what the next run is judged by
             judging = self.duty.baseline == "compare"
@@ -383,7 +383,7 @@ class Verdicts:
             else:
                 comparison = threshold_said(comparison, record, self.settings.threshold)
                 comparison = self.settle(comparison, name, accepted)
-            verdicts[name] = dataclasses.asdict(comparison)
+            verdicts[name] = comparison
         return verdicts
 
     def settle(
@@ -432,16 +432,16 @@ class Verdicts:
                 self.notes.append(note)
 
     @property
-    def regressed(self) -> list[tuple[str, str, dict[str, Any]]]:
+    def regressed(self) -> list[tuple[str, str, stats.Comparison]]:
         return self.having(stats.REGRESSED)
 
-    def having(self, verdict: str) -> list[tuple[str, str, dict[str, Any]]]:
+    def having(self, verdict: str) -> list[tuple[str, str, stats.Comparison]]:
         """(test, metric, verdict) of every metric judged ``verdict``."""
         return [
             (r.test, name, v)
             for r in self.results
             for name, v in r.verdicts.items()
-            if v["verdict"] == verdict
+            if v.verdict == verdict
         ]
 
     @property
@@ -505,7 +505,7 @@ class Verdicts:
             return None
         mine = baselines.machine_path(self.directory, self.fingerprint)
         missing = any(
-            is_sampled(r.metrics[name]) and v["verdict"] == stats.NO_BASELINE
+            is_sampled(r.metrics[name]) and v.verdict == stats.NO_BASELINE
             for r in self.results
             for name, v in r.verdicts.items()
         )

@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..bench import metrics
-from ..model import Result
+from ..model import BEFORE_CONTROL as BEFORE_CONTROL
+from ..model import Comparison, Earlier, Result
 from . import stats
 from .judge import joined
 
@@ -168,86 +169,90 @@ def counter_names(recorded: Mapping[str, Any]) -> set[str]:
 MEASURED = ("time", "instructions")
 
 
-def paid_for(verdicts: dict[str, dict[str, Any]], strict: bool) -> int:
-    """Where a benchmark's time or instruction count improved, its size counters that grew
-    beyond SIZE_GROWTH are ``changed``, not failing: operators and allocations cost host time,
-    and that was measured to fall (Note [Counter policy]). Changes ``verdicts`` (one test's,
-    metric -> verdict dict) in place; returns how many it changed."""
-    faster = [m for m in MEASURED if verdicts.get(m, {}).get("verdict") == stats.IMPROVED]
+def paid_for(verdicts: Mapping[str, Comparison], strict: bool) -> dict[str, Comparison]:
+    """``verdicts`` (one test's, metric -> verdict) where, its time or instruction count
+    having improved, its size counters that grew beyond SIZE_GROWTH are ``changed``, not
+    failing: operators and allocations cost host time, and that was measured to fall (Note
+    [Counter policy])."""
+    faster = [m for m in MEASURED if _is(verdicts.get(m), stats.IMPROVED)]
     if strict or not faster:
-        return 0
+        return dict(verdicts)
     grown = [
-        verdict
+        name
         for name, verdict in verdicts.items()
-        if verdict["verdict"] == stats.REGRESSED
+        if verdict.verdict == stats.REGRESSED
         and counter_class(name) == "size"
         and name.partition("[")[0] not in MEASURED  # an instruction count is itself measured
     ]
     said = f"but the {' and '.join(faster)} improved: the host's cost of it was measured"
-    return _changed(grown, said)
+    return _changed(verdicts, grown, said)
 
 
-def _changed(grown: list[dict[str, Any]], said: str) -> int:
-    """Make each of ``grown`` (verdict dicts) ``changed``, saying why; how many."""
-    for verdict in grown:
-        verdict["reason"] = joined(verdict.get("reason") or "", said)
-        verdict["verdict"] = stats.CHANGED
-    return len(grown)
+def _is(verdict: Comparison | None, wanted: str) -> bool:
+    return verdict is not None and verdict.verdict == wanted
+
+
+def _changed(
+    verdicts: Mapping[str, Comparison], grown: list[str], said: str
+) -> dict[str, Comparison]:
+    """``verdicts`` with each of ``grown`` (metric names) ``changed``, saying why."""
+    found = dict(verdicts)
+    for name in grown:
+        verdict = found[name]
+        reason = joined(verdict.reason, said)
+        found[name] = dataclasses.replace(verdict, verdict=stats.CHANGED, reason=reason)
+    return found
 
 
 TRANSFERS = ("host_tensors", "copies")  # copies the host starts and need not wait for
 
 
-def traded(verdicts: dict[str, dict[str, Any]], strict: bool) -> int:
-    """Grown host tensors and copies between devices that came with at least as many fewer
-    syncs are ``changed``, not failing: a sync makes the host wait for the device, a transfer
-    does not, so the trade costs less than it saves (Note [Counter policy]). In place, as
-    :func:`paid_for`; returns how many it changed."""
-    syncs = verdicts.get("syncs", {})
-    if strict or syncs.get("verdict") != stats.IMPROVED:
-        return 0
-    fewer = (syncs.get("baseline") or 0) - (syncs.get("current") or 0)
-    grown = [
-        verdicts[name]
-        for name in TRANSFERS
-        if verdicts.get(name, {}).get("verdict") == stats.REGRESSED
-    ]
-    more = sum((v.get("current") or 0) - (v.get("baseline") or 0) for v in grown)
+def traded(verdicts: Mapping[str, Comparison], strict: bool) -> dict[str, Comparison]:
+    """``verdicts`` where grown host tensors and copies between devices that came with at
+    least as many fewer syncs are ``changed``, not failing: a sync makes the host wait for the
+    device, a transfer does not, so the trade costs less than it saves (Note [Counter
+    policy])."""
+    syncs = verdicts.get("syncs")
+    if strict or syncs is None or syncs.verdict != stats.IMPROVED:
+        return dict(verdicts)
+    fewer = (syncs.baseline or 0) - (syncs.current or 0)
+    grown = [name for name in TRANSFERS if _is(verdicts.get(name), stats.REGRESSED)]
+    more = sum((verdicts[n].current or 0) - (verdicts[n].baseline or 0) for n in grown)
     if more > fewer:
-        return 0
-    return _changed(
-        grown, f"traded for {fewer:,g} fewer syncs, each a wait where a transfer is not"
-    )
-
-
-# Where a verdict changed by the session-wide steps below keeps what it was before them: a
-# report then holds what `pytest-hpml merge` needs to take the steps again over every shard's
-# metrics (Note [Sharded runs]).
-BEFORE_CONTROL = "before_control"
+        return dict(verdicts)
+    said = f"traded for {fewer:,g} fewer syncs, each a wait where a transfer is not"
+    return _changed(verdicts, grown, said)
 
 
 def control(results: Sequence[Result], strict: bool, against: bool = False) -> tuple[int, int]:
     """The steps that judge a session's verdicts together, once every metric is judged: the
     Benjamini-Hochberg control over all tested metrics (Note [Many metrics]), then per test
     the size counters a measured speed-up paid for and the transfers traded for syncs (Note
-    [Counter policy]). Each verdict these change (``results``' verdict dicts, in place) keeps
-    its earlier verdict and reason under BEFORE_CONTROL. Returns (demoted, tested): how many
-    changes the control demoted, and how many metrics rest on a test. Head against base
-    (``against``) controls at the pairs' own level (Note [Head against base])."""
-    everything = [v for result in results for v in result.verdicts.values()]
-    before = [(v["verdict"], v.get("reason", "")) for v in everything]
-    demoted = stats.session_wide(everything, stats.PAIR_ALPHA if against else stats.ALPHA)
+    [Counter policy]). Each verdict these change (in ``results``) keeps its earlier verdict
+    and reason (``Comparison.before``). Returns (demoted, tested): how many changes the
+    control demoted, and how many metrics rest on a test. Head against base (``against``)
+    controls at the pairs' own level (Note [Head against base])."""
+    names = [(result, name) for result in results for name in result.verdicts]
+    everything = [result.verdicts[name] for result, name in names]
+    alpha = stats.PAIR_ALPHA if against else stats.ALPHA
+    controlled = stats.session_wide(everything, alpha)
+    demoted = sum(a.verdict != b.verdict for a, b in zip(everything, controlled))
+    for (result, name), verdict in zip(names, controlled):
+        result.verdicts[name] = verdict
     for result in results:
-        paid_for(result.verdicts, strict)
-        traded(result.verdicts, strict)
-    for verdict, (was, why) in zip(everything, before):
-        if (verdict["verdict"], verdict.get("reason", "")) != (was, why):
-            verdict[BEFORE_CONTROL] = {"verdict": was, "reason": why}
-    return demoted, sum(v.get("confidence") is not None for v in everything)
+        result.verdicts = traded(paid_for(result.verdicts, strict), strict)
+    for (result, name), was in zip(names, everything):
+        now = result.verdicts[name]
+        if (now.verdict, now.reason) != (was.verdict, was.reason):
+            earlier = Earlier(was.verdict, was.reason)
+            result.verdicts[name] = dataclasses.replace(now, before=earlier)
+    return demoted, sum(v.confidence is not None for v in everything)
 
 
-def uncontrolled(verdict: dict[str, Any]) -> dict[str, Any]:
-    """``verdict`` (a dict of a report) as it was before :func:`control`: what one test's run
-    found, before the other metrics of its session were counted."""
-    found = {k: v for k, v in verdict.items() if k != BEFORE_CONTROL}
-    return {**found, **verdict.get(BEFORE_CONTROL, {})}
+def uncontrolled(verdict: Comparison) -> Comparison:
+    """``verdict`` as it was before :func:`control`: what one test's run found, before the
+    other metrics of its session were counted."""
+    if verdict.before is None:
+        return verdict
+    earlier = verdict.before
+    return dataclasses.replace(verdict, verdict=earlier.verdict, reason=earlier.reason, before=None)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import replace
+
+from ..model import Comparison as Comparison  # the verdict of one metric
 
 PASS = "pass"
 REGRESSED = "regressed"
@@ -115,31 +116,6 @@ def normalize(
     if per_second:
         return [s * u for s, u in zip(samples, units)]
     return [s / u for s, u in zip(samples, units)]
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """The verdict on one metric, with what it rests on."""
-
-    verdict: str
-    baseline: float | None = None
-    current: float | None = None
-    change: float | None = None  # relative: +0.15 means 15% higher than the baseline
-    confidence: float | None = None  # 1 - p of the one-sided test in the direction of change
-    threshold: float | None = None
-    reason: str = ""
-    raw_change: float | None = None  # before normalization by the reference, when it applies
-    pairs: tuple[float, ...] | None = None  # --hpml-against: head/base ratio of each pair
-    sides: dict[str, tuple[float, ...]] | None = None  # --hpml-against: each process's value
-    # torch's state each side measured in, its distinct ones (Note [Torch state])
-    states: dict[str, list[dict[str, Any]]] | None = None
-    # --hpml-against: the change's interval at the level of one look (Note [Adaptive pairs])
-    interval: tuple[float, float] | None = None
-    # --hpml-against: the degrees of freedom of the t test behind ``interval``
-    degrees: float | None = None
-    # --hpml-against: the interval at the level of each look alone, which settles a pass
-    # (Note [Adaptive pairs])
-    settling: tuple[float, float] | None = None
 
 
 def compare_samples(
@@ -375,15 +351,14 @@ def _within(interval: tuple[float, float] | list[float], threshold: float) -> bo
     return -threshold < low and high < threshold
 
 
-def quiet(verdict: dict[str, Any]) -> bool:
-    """Whether a judged metric (a :class:`Comparison` as a dict) shows no change a count of
-    instructions could add to (Note [Changed benchmarks]): a pass, settled where it has an
-    interval (head against base)."""
-    if verdict.get("verdict") != PASS:
+def quiet(verdict: Comparison) -> bool:
+    """Whether a judged metric shows no change a count of instructions could add to (Note
+    [Changed benchmarks]): a pass, settled where it has an interval (head against base)."""
+    if verdict.verdict != PASS:
         return False
-    if verdict.get("interval") is None or verdict.get("threshold") is None:
+    if verdict.interval is None or verdict.threshold is None:
         return True
-    return _within(verdict.get("settling") or verdict["interval"], verdict["threshold"])
+    return _within(verdict.settling or verdict.interval, verdict.threshold)
 
 
 def looks(cap: int) -> tuple[int, ...]:
@@ -413,33 +388,28 @@ def compare_value(
     return Comparison(verdict, baseline, current, change, None, tolerance)
 
 
-def session_wide(verdicts: Sequence[dict[str, Any]], alpha: float = ALPHA) -> int:
-    """Hold the session's false alarms to ``alpha`` across all its tested metrics: each
-    ``regressed`` or ``improved`` verdict whose p-value does not survive the Benjamini-Hochberg
-    procedure over every verdict that rests on a test (scipy's ``false_discovery_control``)
-    becomes ``inconclusive``. Changes ``verdicts`` (``Comparison.as dict``) in place; returns
-    how many it demoted (Note [Many metrics])."""
+def session_wide(verdicts: Sequence[Comparison], alpha: float = ALPHA) -> list[Comparison]:
+    """``verdicts`` with the session's false alarms held to ``alpha`` across all its tested
+    metrics: each ``regressed`` or ``improved`` verdict whose p-value does not survive the
+    Benjamini-Hochberg procedure over every verdict that rests on a test (scipy's
+    ``false_discovery_control``) becomes ``inconclusive`` (Note [Many metrics])."""
     tested = [
-        v for v in verdicts if v.get("confidence") is not None and v.get("change") is not None
+        i for i, v in enumerate(verdicts) if v.confidence is not None and v.change is not None
     ]
+    found = list(verdicts)
     if len(tested) < 2:
-        return 0
+        return found
     from scipy.stats import false_discovery_control  # only when verdicts are computed
 
-    p_values = [min(1.0, max(0.0, 1.0 - v["confidence"])) for v in tested]
+    p_values = [min(1.0, max(0.0, 1.0 - (verdicts[i].confidence or 0.0))) for i in tested]
     adjusted = false_discovery_control(p_values, method="bh")
-    demoted = 0
-    for verdict, q in zip(tested, adjusted):
-        if verdict["verdict"] in (REGRESSED, IMPROVED) and q >= alpha:
-            verdict["reason"] = "; ".join(
-                r
-                for r in (
-                    verdict.get("reason"),
-                    f"not significant once the session's {len(tested)} tested metrics are counted "
-                    f"(Benjamini-Hochberg q = {q:.3f}, needs < {alpha:g})",
-                )
-                if r
+    for i, q in zip(tested, adjusted):
+        verdict = verdicts[i]
+        if verdict.verdict in (REGRESSED, IMPROVED) and q >= alpha:
+            said = (
+                f"not significant once the session's {len(tested)} tested metrics are counted "
+                f"(Benjamini-Hochberg q = {q:.3f}, needs < {alpha:g})"
             )
-            verdict["verdict"] = INCONCLUSIVE
-            demoted += 1
-    return demoted
+            reason = "; ".join(r for r in (verdict.reason, said) if r)
+            found[i] = replace(verdict, verdict=INCONCLUSIVE, reason=reason)
+    return found
