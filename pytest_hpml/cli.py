@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import fnmatch
-import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -25,12 +24,13 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from .bench.metrics import kind_of, per_second
-from .config.values import number
+from .config.values import fraction_between_0_and_1
 from .model import results_of
 from .report import files, history, text
 from .report.html import ReportError
+from .report.reading import existing, holds, load_report, report_problem
 from .storage import reader, writer
-from .verdict import baselines, changes, judge, policy, stats
+from .verdict import baselines, changes, judge, stats
 from .verdict.baselines import BaselineError
 from .verdict.judge import center
 
@@ -95,7 +95,7 @@ def parser() -> argparse.ArgumentParser:
     cmd.add_argument("--test", metavar="TEXT", help="only test ids containing TEXT")
     cmd.add_argument(
         "--threshold",
-        type=_fraction,
+        type=fraction_between_0_and_1,
         default=DEFAULT_THRESHOLD,
         metavar="F",
         help=f"smallest step of a time or rate, relative (default {DEFAULT_THRESHOLD}); a count's "
@@ -103,7 +103,7 @@ def parser() -> argparse.ArgumentParser:
     )
     cmd.add_argument(
         "--confidence",
-        type=_fraction,
+        type=fraction_between_0_and_1,
         default=changes.CONFIDENCE,
         metavar="C",
         help=f"confidence a step needs (default {changes.CONFIDENCE})",
@@ -169,154 +169,14 @@ def _add_views(cmd: argparse.ArgumentParser) -> None:
 DEFAULT_THRESHOLD = 0.06  # --hpml-threshold's default
 
 
-def _fraction(value: str) -> float:
-    """A number in (0, 1), as the history options take it."""
-    try:
-        found = float(value)
-    except ValueError:
-        found = math.nan
-    if not 0 < found < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number between 0 and 1")
-    return found
-
-
 # --- reading ---------------------------------------------------------------------------------
-
-
-def _existing(path: Path) -> Path:
-    """``baselines.load`` treats a missing file as empty; asked for by name, it is an error."""
-    if path.is_dir():
-        raise BaselineError(f"{path} is a directory; name a baseline file or a JSON report in it")
-    if path.exists() and not path.is_file():
-        raise BaselineError(f"{path} is not a regular file; name a baseline file or a report")
-    if not path.exists():
-        raise BaselineError(f"no such file: {path}")
-    return path
-
-
-def _report_problem(data: Any) -> str | None:
-    if not isinstance(data, dict):
-        return "top level is not an object"
-    if data.get("format") != files.REPORT_FORMAT:
-        return f"format is {data.get('format')!r}, expected {files.REPORT_FORMAT!r}"
-    for key, kinds in _REPORT_FIELDS.items():
-        if not isinstance(data.get(key), kinds):
-            return f"{key} is {type(data.get(key)).__name__}, not {_names(kinds)}"
-    fingerprint = {k: v for k, v in data["fingerprint"].items() if k in ("name", "id")}
-    if not all(isinstance(v, str) for v in fingerprint.values()):
-        return "fingerprint.name and fingerprint.id must be text"
-    if not all(isinstance(e, str) for e in data.get("errors") or ()):
-        return "errors must be a list of text"
-    results = data.get("results")
-    if not isinstance(results, list):
-        return "'results' is not a list"
-    for result in results:
-        keys = ("test", "metrics", "verdicts")
-        if not isinstance(result, dict) or not all(k in result for k in keys):
-            return "a result lacks its test, metrics or verdicts"
-        problem = _result_problem(result)
-        if problem:
-            return f"result {str(result['test'])[:80]!r}: {problem}"
-    return None
-
-
-# The fields of a report besides its results, and what each may be (None: absent or null).
-_REPORT_FIELDS: dict[str, tuple[type, ...]] = {
-    "fingerprint": (dict,),
-    "commit": (str, type(None)),
-    "baseline_mode": (str, type(None)),
-    "baseline_dir": (str, type(None)),
-    "errors": (list, type(None)),
-    "against": (dict, type(None)),
-    "instructions": (dict, type(None)),
-    "counters": (str, type(None)),
-    "control": (dict, type(None)),
-}
-
-
-def _names(kinds: tuple[type, ...]) -> str:
-    return " or ".join(
-        "null" if k is type(None) else "an object" if k is dict else k.__name__ for k in kinds
-    )
-
-
-def finite_or_infinite(value: Any) -> bool:
-    return number(value) or (isinstance(value, float) and math.isinf(value))
-
-
-# A verdict's numeric fields: a number or null, nothing else.
-_VERDICT_NUMBERS = ("baseline", "current", "change", "confidence", "threshold", "raw_change")
-
-
-def _result_problem(result: dict[str, Any]) -> str | None:
-    """What is wrong with one result of a report: every value read from a file is untrusted."""
-    metrics, verdicts = result["metrics"], result["verdicts"]
-    if not isinstance(result["test"], str):
-        return "its test id is not a string"
-    if not isinstance(metrics, dict) or not isinstance(verdicts, dict):
-        return "its metrics or verdicts are not objects"
-    for name, record in metrics.items():
-        if not isinstance(record, dict) or not isinstance(record.get("unit", ""), str):
-            return f"metric {name!r} is not a record with a text unit"
-        problem = baselines.record_problem(record)
-        if problem:
-            return f"metric {name!r}: {problem}"
-    for name, verdict in verdicts.items():
-        if name not in metrics or not isinstance(verdict, dict):
-            return f"verdict {name!r} has no metric"
-        if verdict.get("verdict") not in stats.VERDICTS:
-            return f"verdict {name!r} is {verdict.get('verdict')!r}, not one of {stats.VERDICTS}"
-        numbers = [verdict.get(key) for key in _VERDICT_NUMBERS]
-        # a count that grows from 0 changes by +inf: only NaN and non-numbers are refused
-        if not all(v is None or finite_or_infinite(v) for v in numbers):
-            return f"verdict {name!r} has a value that is not a number"
-        if not isinstance(verdict.get("reason", ""), str):
-            return f"verdict {name!r} has a reason that is not text"
-        if not _sides_ok(verdict.get("sides")):
-            return f"verdict {name!r}: its sides are not head's and base's positive values, paired"
-        if not _before_ok(verdict.get(policy.BEFORE_CONTROL)):
-            return f"verdict {name!r}: {policy.BEFORE_CONTROL} is not a verdict and its reason"
-    return None
-
-
-def _before_ok(before: Any) -> bool:
-    """What a verdict was before the session-wide control changed it (or none)."""
-    if before is None:
-        return True
-    return (
-        isinstance(before, dict)
-        and set(before) == {"verdict", "reason"}
-        and before["verdict"] in stats.VERDICTS
-        and isinstance(before["reason"], str)
-    )
-
-
-def _sides_ok(sides: Any) -> bool:
-    """A head-against-base verdict's values per process (drawn in the HTML report), or none."""
-    if sides is None:
-        return True
-    if not isinstance(sides, dict) or set(sides) != {"head", "base"}:
-        return False
-    head, base = sides["head"], sides["base"]
-    if not isinstance(head, list) or not isinstance(base, list) or len(head) != len(base):
-        return False
-    return all(number(v, positive=True) for v in (*head, *base))
-
-
-def load_report(path: Path) -> dict[str, Any]:
-    """A JSON report written by ``pytest --hpml-report``; a :class:`BaselineError` otherwise."""
-    data: dict[str, Any] = reader.read_json(_existing(path), "report")
-    problem = _report_problem(data)
-    if problem:
-        raise BaselineError(f"{path} is not a pytest-hpml report ({problem})")
-    return data
 
 
 def load_entries(path: Path, said: list[str]) -> Entries:
     """The records of a baseline file or a JSON report, test id -> metric -> record; the
     unusable ones are left out, printed and added to ``said`` (the command then exits 2, as
     ``list`` does for a bad file)."""
-    if files.is_report(_existing(path)):
+    if files.is_report(existing(path)):
         return {r["test"]: r["metrics"] for r in load_report(path)["results"]}
     data = baselines.load(path)
     for problem in baselines.unusable(data):
@@ -324,18 +184,6 @@ def load_entries(path: Path, said: list[str]) -> Entries:
         say(f"pytest-hpml: {path}: {problem}", file=sys.stderr)
     entries: Entries = data["entries"]
     return entries
-
-
-def _holds(path: Path) -> Callable[[dict[str, Any]], bool] | None:
-    """Which records a baseline file holds: portable ones, one machine's, or instruction counts
-    (each kind has a file of its own); None for a JSON report, which holds them all."""
-    if files.is_report(path):
-        return None
-    data = baselines.load(path)
-    if "counted_on" in data:
-        return lambda record: bool(record.get("counted_on"))
-    portable = "fingerprint" not in data
-    return lambda record: bool(record.get("portable")) == portable and not record.get("counted_on")
 
 
 # --- commands --------------------------------------------------------------------------------
@@ -437,7 +285,7 @@ def run_diff(args: argparse.Namespace) -> int:
     old, new = load_entries(args.old, said), load_entries(args.new, said)
     # Like with like: against a machine file, a report's portable counts are not "added" (they
     # live in the portable file), and against a portable file its times are not either.
-    kinds = {path: _holds(path) for path in (args.old, args.new)}
+    kinds = {path: holds(path) for path in (args.old, args.new)}
     for side, path, other in ((args.old, args.new, new), (args.new, args.old, old)):
         holds = kinds[side]
         if holds is not None and kinds[path] is None:  # a baseline file against a report
@@ -601,7 +449,7 @@ def _write_html(args: argparse.Namespace, document: dict[str, Any]) -> None:
 
 
 def run_history(args: argparse.Namespace) -> int:
-    runs, said = history.load(args.dir, _report_problem)
+    runs, said = history.load(args.dir, report_problem)
     for problem in said:
         say(f"pytest-hpml: {problem}; left out", file=sys.stderr)
     found = history.history(runs, args.test)

@@ -363,3 +363,14 @@ def given(source: str, value: Any) -> str:
     """A value with the source that gave it, as messages name it: ``HPML_SEED=x``,
     ``--hpml-seed=x``, ``ini hpml_seed = x``."""
     return f"{source} = {shown(value)}" if source.startswith("ini ") else f"{source}={shown(value)}"
+
+
+def fraction_between_0_and_1(value: str) -> float:
+    """A number in (0, 1), as the command's history options take it (an argparse type)."""
+    try:
+        found = float(value)
+    except ValueError:
+        found = math.nan
+    if not 0 < found < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number between 0 and 1")
+    return found
