@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_hpml.bench import instructions
+from pytest_hpml.bench import dumps, instructions
 from pytest_hpml.model import Comparison
 from pytest_hpml.verdict import stats
 from pytest_hpml.verdict.judge import OTHERS, explain
@@ -251,9 +251,9 @@ DATA = Path(__file__).parent / "data"
 def profile(process: str) -> tuple[int, dict[str, int]]:
     """The total and the functions' own instructions of process ``process``'s dump."""
     with gzip.open(DATA / f"callgrind-conv-{process}.maps.gz", "rt") as maps:
-        files = instructions.mapped_files(maps)
+        files = dumps.mapped_files(maps)
     with gzip.open(DATA / f"callgrind-conv-{process}.out.gz", "rt") as lines:
-        return instructions.parse(lines, files)
+        return dumps.parse(lines, files)
 
 
 def test_code_without_a_symbol_is_named_the_same_in_every_process() -> None:
@@ -273,10 +273,10 @@ def test_code_without_a_symbol_is_named_the_same_in_every_process() -> None:
     # MKL's sgemm kernel: a symbol of size 0, which valgrind skips
     assert first["libtorch_cpu.so+0xe1bcf70"] == second["libtorch_cpu.so+0xe1bcf70"] == 94_622
     # oneDNN's four kernels as one, wherever each process wrote them
-    assert first[instructions.RUN_TIME_CODE] == second[instructions.RUN_TIME_CODE] == 303_042
+    assert first[dumps.RUN_TIME_CODE] == second[dumps.RUN_TIME_CODE] == 303_042
     # libpython's PLT stubs: outside the text callgrind read symbols of, found in the maps
     assert first["libpython3.11.so.1.0+0xfa788"] == second["libpython3.11.so.1.0+0xfa788"] == 6
-    said = explain({"by": instructions.top(second, 1)}, {"by": instructions.top(first, 1)})
+    said = explain({"by": dumps.top(second, 1)}, {"by": dumps.top(first, 1)})
     named = {part.rpartition(": ")[0] for part in said.split("; ") if " -> " in part}
     # what differs is malloc's work, which depends on the heap each process left before
     assert "_int_malloc" in named, said
@@ -310,7 +310,7 @@ def test_the_run_that_asked_reads_the_dumps_the_process_under_valgrind_kept(
     }
     instructions.attribute(answer)
     both = {name: first.get(name, 0) + second.get(name, 0) for name in {*first, *second}}
-    assert record["detail"] == {"by": instructions.top(both, 2)}
+    assert record["detail"] == {"by": dumps.top(both, 2)}
     assert record["detail"]["by"]["libtorch_cpu.so+0xe1bcf70"] == 94_622
     assert gone["detail"] == broken["detail"] == {"by": {}}
 
@@ -325,16 +325,16 @@ def test_a_file_mapped_in_pieces_counts_its_offsets_from_its_first_byte() -> Non
         "ca562000-ca662000 rwxp 00000000 00:00 0\n",
         "cb000000-cb001000 r-xp 00000000 00:01 77    /memfd:jit (deleted)\n",
     ]
-    files = instructions.mapped_files(maps)
+    files = dumps.mapped_files(maps)
     assert [mapped.base for mapped in files] == [0x8CBF7000] * 3
 
     def key(address: int, section: str = "") -> str:
-        return instructions.function_key(f"{address:#018x}{section}", "???", files)
+        return dumps.function_key(f"{address:#018x}{section}", "???", files)
 
     assert key(0x9ADB3F70) == "libtorch_cpu.so+0xe1bcf70"
     assert key(0xA1922010, " [Data]") == "libtorch_cpu.so+0x14d2b010 [Data]"
-    assert key(0xCA562000) == key(0xCB000000) == instructions.RUN_TIME_CODE
+    assert key(0xCA562000) == key(0xCB000000) == dumps.RUN_TIME_CODE
     # in an object callgrind read symbols of, its number is the offset already
-    assert instructions.function_key("0x0000000000f78030 [PLT]", "/lib/libc10.so") == (
+    assert dumps.function_key("0x0000000000f78030 [PLT]", "/lib/libc10.so") == (
         "libc10.so+0xf78030 [PLT]"
     )
