@@ -287,10 +287,10 @@ def run_diff(args: argparse.Namespace) -> int:
     # live in the portable file), and against a portable file its times are not either.
     kinds = {path: holds(path) for path in (args.old, args.new)}
     for side, path, other in ((args.old, args.new, new), (args.new, args.old, old)):
-        holds = kinds[side]
-        if holds is not None and kinds[path] is None:  # a baseline file against a report
+        held = kinds[side]
+        if held is not None and kinds[path] is None:  # a baseline file against a report
             for metrics in other.values():
-                for name in [n for n, r in metrics.items() if not holds(r)]:
+                for name in [n for n, r in metrics.items() if not held(r)]:
                     del metrics[name]
     body = []
     for test in sorted(old.keys() | new.keys()):

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from pytest_hpml import cli
 from pytest_hpml.hardware.fingerprint import Fingerprint
-from pytest_hpml.model import Result, results_of
+from pytest_hpml.model import Comparison, Result, results_of
 from pytest_hpml.report import files, text
 from pytest_hpml.report import html as hpml_html
 from pytest_hpml.verdict import baselines
@@ -1037,7 +1037,7 @@ def test_log_axis_ticks_are_plain_numbers(unit: str, samples: list[float]) -> No
     figure = Figure()
     ax = figure.add_subplot()
     record = {"kind": "rate" if "/" in unit else "time", "unit": unit, "samples": samples}
-    result = Result("t", 0.06, metrics={"m": record}, verdicts={"m": {"verdict": "no-baseline"}})
+    result = Result("t", 0.06, metrics={"m": record}, verdicts={"m": Comparison("no-baseline")})
     hpml_html._panel(ax, "m", result, None)
     figure.draw_without_rendering()
     assert ax.get_yscale() == "log"
