@@ -979,7 +979,7 @@ def test_a_worktree_that_a_killed_run_left_is_removed_by_the_next_run(
 # a word: Python prints "Exception ignored in" and goes on.
 SWALLOWED = """
 import os, signal, time
-from pytest_hpml.bench import reruns
+from pytest_hpml.bench import ending, reruns
 
 class Finalized:
     def __del__(self):
@@ -987,7 +987,7 @@ class Finalized:
         time.sleep(0.01)  # in the finalizer still, wherever Python raises it
 
 turn = reruns.Turn()
-with reruns.watching_ctrl_c():
+with ending.watching_ctrl_c():
     Finalized()  # garbage at once: its finalizer runs
     print("went on", flush=True)
     try:
@@ -1018,17 +1018,17 @@ def test_ctrl_c_is_watched_only_where_pythons_own_handler_is_set() -> None:
     watched, and back once they end (Note [Swallowed Ctrl-C])."""
     import signal
 
-    from pytest_hpml.bench import reruns
+    from pytest_hpml.bench import ending
 
     def mine(number: int, frame: object) -> None:
         """A handler that does not raise."""
 
     before = signal.signal(signal.SIGINT, mine)
     try:
-        with reruns.watching_ctrl_c():
+        with ending.watching_ctrl_c():
             assert signal.getsignal(signal.SIGINT) is mine
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        with reruns.watching_ctrl_c():
+        with ending.watching_ctrl_c():
             assert signal.getsignal(signal.SIGINT) not in (mine, signal.default_int_handler)
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:

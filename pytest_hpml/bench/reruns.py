@@ -27,14 +27,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 import pytest
 
-from .. import _compat
 from ..config.invocation import child_args
 from ..config.progress import Progress, plural
 from ..config.role import (
@@ -45,11 +44,10 @@ from ..config.role import (
 )
 from ..model import Result
 from ..storage.reader import Unreadable, read_json
+from .ending import SEEN_CTRL_C
 from .metrics import is_sampled
 
 if TYPE_CHECKING:
-    from types import FrameType
-
     from .forkserver import Forked, Server
 
     Process = Union[subprocess.Popen[str], Forked]  # a process started fresh or forked
@@ -287,7 +285,7 @@ class Turn:
         while True:
             if waiting is not None:
                 waiting(time.monotonic() - start)
-            if _CTRL_C:  # seen, and its KeyboardInterrupt swallowed (Note [Swallowed Ctrl-C])
+            if SEEN_CTRL_C:  # seen, and its KeyboardInterrupt swallowed (Note [Swallowed Ctrl-C])
                 raise KeyboardInterrupt
             over = ended()  # read before looking: a byte written before the end is still seen
             readable, _, _ = select.select([self._ready], [], [], 0.0 if over else 0.1)
@@ -363,102 +361,6 @@ def take_turns(
             order[index].go()
         for index in measured:
             words[index] = said(index)
-
-
-# The Ctrl-Cs seen while :func:`watching_ctrl_c` watches (Note [Swallowed Ctrl-C]).
-_CTRL_C: list[int] = []
-
-
-@contextlib.contextmanager
-def watching_ctrl_c() -> Iterator[None]:
-    """Note each Ctrl-C (SIGINT), then raise its KeyboardInterrupt as Python does (Note
-    [Swallowed Ctrl-C]). Only where Python's own handler is set: not where SIGINT is ignored (a
-    background job) or handled otherwise (a handler of the user's keeps its say), nor outside
-    the main thread (where no handler can be set)."""
-    previous = signal.getsignal(signal.SIGINT)
-    if (
-        previous is not signal.default_int_handler
-        or threading.current_thread() is not threading.main_thread()
-    ):
-        yield
-        return
-
-    def seen(number: int, frame: FrameType | None) -> None:
-        _CTRL_C.append(number)
-        signal.default_int_handler(number, frame)
-
-    _CTRL_C.clear()  # one a Ctrl-C left while this was ending last time
-    try:
-        signal.signal(signal.SIGINT, seen)
-        yield
-    finally:
-        _CTRL_C.clear()  # before Python's handler is back: a Ctrl-C from now on raises itself
-        signal.signal(signal.SIGINT, previous)
-
-
-# Signals that end a run as Ctrl-C does (Note [Ending signals]): a CI's cancel, `timeout` and
-# `docker stop` send SIGTERM; a closed terminal, SIGHUP.
-ENDING = (signal.SIGTERM, signal.SIGHUP)
-
-
-class Ending:
-    """While the run lasts, SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread, so
-    that the run stops its processes and removes its worktree as on Ctrl-C; once the pairs are
-    over (:meth:`defer` to :meth:`restore`), an ending signal is held until the run has ended,
-    and a second ends it at once (Note [Ending signals]). Only where the signal's default action is
-    set (Python's own for SIGINT): a handler of the user's, or an ignored signal, keeps it."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-        self.held: list[int] = []
-        self.before: dict[int, Any] = {}
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for number in (signal.SIGINT, *ENDING):
-            handler = signal.getsignal(number)
-            default = signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL
-            if handler is default:
-                self.before[number] = handler
-        for number in ENDING:
-            if number in self.before:
-                signal.signal(number, _as_ctrl_c)
-
-    def defer(self) -> None:
-        """Hold each ending signal from now on, until :meth:`restore`."""
-        for number in self.before:
-            signal.signal(number, self._hold)
-
-    def _hold(self, number: int, frame: FrameType | None) -> None:
-        if self.held:  # a second signal: the run ends at once, the worktree not yet removed
-            self.held.clear()  # so restore() does not say it was
-            self.restore()
-            signal.raise_signal(number)
-            return
-        self.held.append(number)
-        session = self.config.pluginmanager.get_plugin("session")
-        if session is not None:
-            session.exitstatus = pytest.ExitCode.INTERRUPTED
-
-    def restore(self) -> None:
-        """Give each signal its handler back; say so where one was held."""
-        for number, handler in self.before.items():
-            signal.signal(number, handler)
-        self.before = {}
-        if self.held:
-            name = signal.Signals(self.held[0]).name
-            with _compat.uncaptured(self.config):
-                print(
-                    f"hpml: {name} received as the run ended: held until its base worktree was "
-                    "removed, exit status 2",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            self.held.clear()
-
-
-def _as_ctrl_c(number: int, frame: FrameType | None) -> None:
-    _CTRL_C.append(number)  # seen, should a finalizer swallow it (Note [Swallowed Ctrl-C])
-    raise KeyboardInterrupt(f"{signal.Signals(number).name} received")
 
 
 # How a process says a test was skipped there, beside what failed there.

@@ -34,7 +34,8 @@ from ..config.invocation import child_args
 from ..config.progress import Progress, plural
 from ..config.resolution import SETTINGS_KEY
 from ..config.values import given, shown
-from . import forkserver, reruns
+from . import ending, forkserver, reruns
+from .ending import Ending
 from .environment import (
     CHECK_TIMEOUT,
     SPEAK_AFTER,
@@ -232,7 +233,7 @@ class Against:
         )
         measuring = list(tests)
         # a Ctrl-C that a finalizer swallowed still ends them (Note [Swallowed Ctrl-C])
-        watching = reruns.watching_ctrl_c()
+        watching = ending.watching_ctrl_c()
         with watching, Progress(self.config, "pairs", cap, one="pair", doing=doing) as progress:
             for index in range(cap):
                 if index in looks:  # a look: settled verdicts need no more pairs
@@ -731,7 +732,7 @@ def prepare(config: pytest.Config, chosen: Any, launched: bool) -> None:
         return
     against = Against(config, chosen.against, chosen.against_python, chosen.against_paths)
     config.stash[AGAINST_KEY] = against
-    finish = _Finish(reruns.Ending(config), against)
+    finish = _Finish(ending.Ending(config), against)
     config.pluginmanager.register(finish, "hpml-against-finish")
     config.add_cleanup(finish)  # where pytest_unconfigure never comes
     against.watch_imports()
@@ -743,7 +744,7 @@ class _Finish:
     the run is unconfigured, after every other plugin; the handlers are given back in a
     clean-up, after pytest's own (Note [Ending signals])."""
 
-    def __init__(self, ending: reruns.Ending, against: Against) -> None:
+    def __init__(self, ending: Ending, against: Against) -> None:
         self.ending, self.against, self.removed = ending, against, False
 
     def hold(self) -> None:
