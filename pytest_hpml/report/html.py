@@ -19,17 +19,17 @@ import json
 import random
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ..bench.metrics import kind_of, per_second
+from ..bench.metrics import kind_of
 from ..model import Comparison, Result, results_of
-from ..verdict import judge, stats
-from ..verdict.paired import THREAD_CLOCK
+from ..verdict import stats
 from . import text as reports
+from .axes import pad, plain_ticks, view_limits
+from .panels import Panel, panel_values
 
 Baselines = Mapping[str, Mapping[str, Mapping[str, Any]]]  # test id -> metric -> record
 
@@ -342,27 +342,6 @@ def _legend(ax: Any, verdicts: set[str]) -> None:
 # --- per benchmark: the values each verdict compared -----------------------------------------
 
 
-@dataclass(frozen=True)
-class Panel:
-    """What one panel draws: the values a verdict compared, in the metric's own unit.
-
-    The page embeds it beside the picture (the figure's ``data-values``), so that a reader or a
-    test can hold the picture against the table without reading pixels."""
-
-    metric: str
-    verdict: str
-    unit: str
-    statistic: str  # what each value is, and on which clock, as the verdict took it
-    clock: str
-    groups: dict[str, list[float]]  # x label -> values, left to right
-    paired: bool = False  # the i-th values of the two groups come from the i-th pair
-    medians: dict[str, list[float]] = field(default_factory=dict)  # group -> process medians
-    baseline: float | None = None  # the table's baseline and current
-    current: float | None = None
-    threshold: float | None = None
-    band: tuple[float, float] | None = None  # baseline +/- threshold: where current passes
-
-
 PAIRED_NOTE = (
     "Head against base: each point is one process's value that the verdict used (the axis "
     "names the statistic and the clock), base on the left, head on the right, a line joining "
@@ -430,73 +409,13 @@ def _panel(ax: Any, name: str, result: Result, base: Mapping[str, Any] | None) -
     return shown
 
 
-def panel_values(name: str, result: Result, base: Mapping[str, Any] | None) -> Panel:
-    """The values behind one metric's verdict: with --hpml-against, each pair's two processes'
-    values as the verdict picked them (``sides``); else the pooled samples a stored baseline
-    is judged on, with the median of each process."""
-    record = result.metrics[name]
-    verdict = result.verdicts.get(name) or Comparison("")
-    sides = _sides(verdict)
-    if sides:
-        groups, medians = {"base": sides[1], "head": sides[0]}, {}
-        statistic, clock = _statistic(record, verdict)
-    else:
-        runs = _groups(record, base)
-        groups = {label: _rounded(judge.pooled(r)) for label, r in runs.items()}
-        medians = {k: _rounded([stats.median(r["samples"]) for r in v]) for k, v in runs.items()}
-        medians = {k: v for k, v in medians.items() if len(v) > 1}  # one is the box's median
-        statistic, clock = "every sample", "the wall clock"
-    baseline, threshold = verdict.baseline, verdict.threshold
-    band = (
-        (baseline * (1 - threshold), baseline * (1 + threshold)) if baseline and threshold else None
-    )
-    return Panel(
-        name,
-        verdict.verdict,
-        record["unit"],
-        statistic,
-        clock,
-        groups,
-        paired=bool(sides),
-        medians=medians,
-        baseline=baseline,
-        current=verdict.current,
-        threshold=threshold,
-        band=band,
-    )
-
-
-def _sides(verdict: Comparison) -> tuple[list[float], list[float]] | None:
-    """Head's and base's per-process values of a head-against-base verdict, pair by pair, or
-    None (a stored-baseline verdict, or too few pairs to judge)."""
-    sides = verdict.sides
-    if sides is None:
-        return None
-    head, base = (list(sides.get(k) or ()) for k in ("head", "base"))
-    if not head or len(head) != len(base):
-        return None
-    return head, base
-
-
-def _statistic(record: Mapping[str, Any], verdict: Comparison) -> tuple[str, str]:
-    """The statistic and the clock of each process's value (verdict.paired.judge_paired)."""
-    pick = "highest" if per_second(record) else "fastest"
-    thread = THREAD_CLOCK in verdict.reason
-    return f"{pick} sample of each process", (
-        "the measuring thread's CPU clock" if thread else "the wall clock"
-    )
-
-
-def _rounded(values: list[float]) -> list[float]:
-    """Six digits: what the page embeds, as the JSON report rounds a verdict's sides."""
-    return [float(f"{v:.6g}") for v in values]
-
-
 def _draw(ax: Any, shown: Panel) -> None:
     groups = list(shown.groups.values())
     factor, unit = reports.scale(stats.median(groups[0]), shown.unit)
     values = [[v / factor for v in vs] for vs in groups]
-    low, high = (min(map(min, values)), max(map(max, values))) if shown.paired else _limits(values)
+    low, high = (
+        (min(map(min, values)), max(map(max, values))) if shown.paired else view_limits(values)
+    )
     if shown.band and shown.baseline is not None:
         band = (shown.band[0] / factor, shown.band[1] / factor)
         ax.axhspan(*band, color="#e6e6e6", zorder=0)
@@ -506,8 +425,8 @@ def _draw(ax: Any, shown: Panel) -> None:
     log = low > 0 and high / low > 5
     if log:
         ax.set_yscale("log")
-        _plain_ticks(ax.yaxis)
-    limits = _pad(low, high, log)
+        plain_ticks(ax.yaxis)
+    limits = pad(low, high, log)
     if shown.paired:
         _pairs(ax, values)
     else:
@@ -555,80 +474,6 @@ def _current(ax: Any, shown: Panel, factor: float) -> None:
     x = list(shown.groups).index("head" if shown.paired else "current") + 1
     colour = COLOURS.get(shown.verdict, "#222")
     ax.hlines(shown.current / factor, x - 0.3, x + 0.3, color=colour, linewidth=2.5, zorder=2.5)
-
-
-def _plain_ticks(axis: Any) -> None:
-    """Log-axis ticks as plain numbers (60, 200, 0.5), not ``6x10^1``: the unit on the axis
-    label already carries the SI prefix (ms, GFLOP/s). The default formatters still choose
-    which ticks get a label, so that minor ticks do not crowd."""
-    for get, put in (
-        (axis.get_major_formatter, axis.set_major_formatter),
-        (axis.get_minor_formatter, axis.set_minor_formatter),
-    ):
-        put(_plain_formatter(get()))
-
-
-def _plain_formatter(chooser: Any) -> Any:
-    from matplotlib.ticker import Formatter
-
-    class Plain(Formatter):  # type: ignore[misc]  # matplotlib is not installed for lint
-        def set_axis(self, axis: Any) -> None:
-            super().set_axis(axis)
-            chooser.set_axis(axis)
-
-        def set_locs(self, locs: Any) -> None:
-            super().set_locs(locs)
-            chooser.set_locs(locs)
-
-        def __call__(self, x: float, pos: int | None = None) -> str:
-            return plain_number(x) if chooser(x, pos) else ""
-
-    return Plain()
-
-
-def plain_number(x: float) -> str:
-    """A tick value as people write it: 20000, 150, 60, 2.5, 0.05."""
-    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
-
-
-def _groups(
-    record: Mapping[str, Any], base: Mapping[str, Any] | None
-) -> dict[str, list[Mapping[str, Any]]]:
-    """The process runs to draw: baseline, current and, where both runs timed the reference
-    workload, current in the baseline's units (where a verdict judges them so:
-    ``judge.judged``)."""
-    current = judge.runs(record)
-    if not base or not base.get("samples"):
-        return {"current": current}
-    stored = judge.runs(base)
-    groups = {"baseline": stored, "current": current}
-    rate = per_second(record)
-    samples = judge.judged(current, stored, rate)
-    if samples.pooled()[0] and samples.units:
-        # Judged in reference units (stats.normalize); drawn in the baseline's units.
-        unit = stats.median(judge.pooled(stored, "reference"))
-        groups["current\nnormalized"] = [
-            {"samples": [s / unit if rate else s * unit for s in run]} for run in samples.current
-        ]
-    return groups
-
-
-def _limits(values: list[list[float]]) -> tuple[float, float]:
-    """Axis limits that keep every box in view but not a few far outliers (3 IQR fences)."""
-    lows, highs = [], []
-    for vs in values:
-        q1, q3 = stats.quantile(vs, 0.25), stats.quantile(vs, 0.75)
-        fence = 3 * (q3 - q1)
-        lows.append(max(min(vs), q1 - fence))
-        highs.append(min(max(vs), q3 + fence))
-    return min(lows), max(highs)
-
-
-def _pad(low: float, high: float, log: bool = False) -> tuple[float, float]:
-    if log:
-        return low / 1.15, high * 1.25
-    span = (high - low) or abs(high) or 1.0
-    return low - 0.08 * span, high + 0.12 * span
 
 
 def _strips(ax: Any, values: list[list[float]], limits: tuple[float, float]) -> None:

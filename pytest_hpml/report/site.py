@@ -22,7 +22,8 @@ from ..storage import writer
 from ..verdict import changes, stats
 from . import history as store
 from . import text
-from .html import STYLE, breakable, escape, figure_class, plain, plain_number, summary
+from .axes import plain_number
+from .html import STYLE, breakable, escape, figure_class, plain, summary
 
 SITE_TITLE = "pytest-hpml history"
 WORSE, BETTER = "#c62828", "#1f6fb4"  # the HTML report's regressed and improved
