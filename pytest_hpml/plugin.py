@@ -296,7 +296,7 @@ class Collector:
         """With --hpml-against, start the first pair while the tests run (Note [Cheaper
         processes])."""
         if self.config.stash[resolution.SETTINGS_KEY].against:
-            from .run.session import start_pairs
+            from .run.pairs import start_pairs
 
             start_pairs(self.config, session.items)
 

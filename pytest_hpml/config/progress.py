@@ -236,3 +236,20 @@ def plural(count: int, one: str) -> str:
     """``count`` and ``one``, its last word in the plural unless one: ``2 fresh processes``."""
     many = one + ("es" if one.endswith(("s", "sh", "ch", "x")) else "s")
     return f"{count} {one if count == 1 else many}"
+
+
+def counting_progress(config: pytest.Config, tests: int, processes: int) -> Progress:
+    """The progress of the processes under valgrind (--hpml-instructions); they run at once
+    where there are cores for them, so the first to end tells nothing of the others."""
+    doing = (
+        f"counting the instructions of {plural(tests, 'benchmark')} under valgrind, "
+        f"in {plural(processes, 'process')}"
+    )
+    return Progress(
+        config,
+        "processes under valgrind",
+        processes,
+        one="process under valgrind",
+        doing=doing,
+        estimate=False,
+    )

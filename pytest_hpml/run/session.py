@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from ..bench import reruns
 from ..bench.fixture import BENCHMARK_KEY
 from ..bench.metrics import is_sampled
 from ..config import markers
-from ..config.progress import Progress, plural
+from ..config.progress import counting_progress
 from ..config.resolution import Settings
 from ..config.role import Duty, duty, is_controller, settings
 from ..hardware import fingerprint
@@ -30,53 +29,7 @@ from ..storage import writer
 from ..storage.writer import Refused
 from ..verdict import baselines, paired, policy, stats
 from ..verdict.judge import busy, runs, threshold_said
-
-MAX_STORED_SAMPLES = 400
-EARLIER_RUNS = 6  # process runs kept besides the latest run's by --hpml-baseline=append
-RUN_FIELDS = ("samples", "reference", "budget", "load", "free_cores", "state", "recorded", "commit")
-
-
-# The host's slow spells measured on the 2-core VMs lasted up to a second, so a process of the
-# pairs measures for at least this long in all, or all of --hpml-bench-time if that is shorter
-# (Note [Head against base]).
-PAIR_WINDOW = 1.0
-
-
-def pair_window(settings: Settings, benchmarks: int) -> float:
-    """Seconds of rounds a benchmark gets in each process of the pairs, with --hpml-against:
-    its share of --hpml-bench-time, ten slices or more at the default bench time and pairs
-    (Note [Slices])."""
-    shared = settings.bench_time / (4 * settings.pairs)
-    return max(shared, min(settings.bench_time, PAIR_WINDOW) / max(benchmarks, 1))
-
-
-def start_pairs(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
-    """With --hpml-against, in the controller: start the first pair of processes on the
-    benchmarks collected, while this session runs its tests (Note [Cheaper processes]); none
-    where it collected none."""
-    from ..bench.sides import AGAINST_KEY
-
-    against = config.stash.get(AGAINST_KEY, None)
-    tests = [item.nodeid for item in items if markers.is_benchmark(item)]
-    if against is not None and duty(config).against:
-        against.start_early(tests, pair_window(settings(config), len(tests)))
-
-
-def counting_progress(config: pytest.Config, tests: int, processes: int) -> Progress:
-    """The progress of the processes under valgrind (--hpml-instructions); they run at once
-    where there are cores for them, so the first to end tells nothing of the others."""
-    doing = (
-        f"counting the instructions of {plural(tests, 'benchmark')} under valgrind, "
-        f"in {plural(processes, 'process')}"
-    )
-    return Progress(
-        config,
-        "processes under valgrind",
-        processes,
-        one="process under valgrind",
-        doing=doing,
-        estimate=False,
-    )
+from . import pairs, stored
 
 
 class Verdicts:
@@ -199,7 +152,7 @@ class Verdicts:
         found = self.pairs = against.measure(
             tests,
             self.looks,
-            lambda count: pair_window(self.settings, count),
+            lambda count: pairs.pair_window(self.settings, count),
             self.unsettled,
             before=stats.import_ahead,
         )
@@ -465,7 +418,7 @@ class Verdicts:
         for result in self.results:
             for name, record in result.metrics.items():
                 entry = updates.setdefault(self.path_for(record), {}).setdefault(result.test, {})
-                entry[name] = {**compact(record), **stamp}
+                entry[name] = {**stored.compact(record), **stamp}
         written = []
         # no link of a baseline file leads out of the project, or out of a directory outside it
         # that the run named (Note [Outside the project])
@@ -473,8 +426,8 @@ class Verdicts:
         if not writer.inside(self.directory, root):
             root = self.directory
         for path, entries in sorted(updates.items()):
-            header = self._header(path, entries)
-            combine = append if self.duty.baseline == "append" else None
+            header = stored.header(path, entries, self.fingerprint)
+            combine = stored.append if self.duty.baseline == "append" else None
             try:
                 baselines.merge(path, entries, header, combine, root=root)
             except baselines.BaselineError as exc:  # the broken file is left as it is
@@ -487,69 +440,12 @@ class Verdicts:
                 written.append(path)
         return written
 
-    def _header(self, path: Path, entries: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        """What a baseline file says it holds: the machine, torch's version, or what its
-        instruction counts depend on."""
-        if path.name.startswith("portable-"):
-            return {"torch": self.fingerprint.torch_minor}
-        if path.name.startswith("instructions-"):
-            keys = {r.get("counted_on") for metrics in entries.values() for r in metrics.values()}
-            return {"counted_on": min(k for k in keys if k)}
-        return {"fingerprint": self.fingerprint.as_dict()}
-
     def other_machines(self) -> str | None:
-        """When sampled metrics found no baseline because this machine's fingerprint has no
-        file but other machines' do: which, and how the nearest differs (another instance of
-        this kind first: Note [Machine instance]). None otherwise."""
+        """Where sampled metrics found no baseline on this machine but other machines have
+        some: which, and how the nearest differs (``stored.other_machines``); compare only."""
         if self.duty.baseline != "compare":
             return None
-        mine = baselines.machine_path(self.directory, self.fingerprint)
-        missing = any(
-            is_sampled(r.metrics[name]) and v.verdict == stats.NO_BASELINE
-            for r in self.results
-            for name, v in r.verdicts.items()
-        )
-        if mine.exists() or not missing:
-            return None
-        stored, unread = [], []
-        for path in sorted(self.directory.glob("machine-*.json")):
-            try:
-                theirs = fingerprint.Fingerprint.from_dict(baselines.load(path)["fingerprint"])
-            except baselines.BaselineError as exc:  # said, not passed over
-                unread.append(str(exc).removesuffix(f"; {baselines.FIX}"))  # not ours to fix
-                continue
-            except (KeyError, TypeError, AttributeError):
-                unread.append(f"{path.name} names no machine (no fingerprint)")
-                continue
-            stored.append((self.fingerprint.differences(theirs), theirs, path.name))
-        record = "record this machine's with --hpml-baseline=update"
-        skipped = f"; skipped: {'; '.join(unread)}" if unread else ""
-        if not stored:
-            if not unread:
-                return None
-            return (
-                f"no time baselines for this machine ({self.fingerprint.label}, id "
-                f"{self.fingerprint.id}): times not judged, counts judged{skipped}; {record}"
-            )
-        same = [(theirs, name) for differences, theirs, name in stored if not differences]
-        for theirs, name in same:
-            if theirs.instance == self.fingerprint.instance:
-                return (
-                    f"no time baselines under this machine's name ({mine.name}); {name} has "
-                    "this machine's fingerprint under another name (renamed?): times not judged"
-                )
-        if same:
-            return (
-                f"time baselines {same[0][1]} were recorded on another machine of this kind: "
-                f"times not judged, counts judged; {record}{skipped}"
-            )
-        differences, _, name = min(stored, key=lambda found: len(found[0]))
-        return (
-            f"no time baselines for this machine ({self.fingerprint.label}, id "
-            f"{self.fingerprint.id}): times not judged, counts judged; {len(stored)} other "
-            f"machine(s) stored, the nearest {name}, which differs in {'; '.join(differences)}; "
-            f"{record}, or key baselines your own way (pytest_hpml_fingerprint){skipped}"
-        )
+        return stored.other_machines(self.directory, self.fingerprint, self.results)
 
     def unit(self, test: str, name: str) -> str:
         return str(next(r.metrics[name]["unit"] for r in self.results if r.test == test))
@@ -562,33 +458,8 @@ def _current(record: dict[str, Any]) -> float | None:
     return record.get("value")
 
 
-def append(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
-    """Keep earlier runs of a sampled metric beside the new one (a baseline pooled over
-    processes is steadier than one process's); deterministic values are replaced."""
-    if old is None or "samples" not in new or old.get("kind") != new.get("kind"):
-        return new
-    stamp = {k: old[k] for k in ("recorded", "commit") if k in old}
-    earlier = [{**stamp, **{k: run[k] for k in RUN_FIELDS if k in run}} for run in runs(old)]
-    return {**new, "earlier": earlier[:EARLIER_RUNS]}
-
-
 def _sampled(result: Result) -> bool:
     return any(is_sampled(m) for m in result.metrics.values())
-
-
-def compact(record: dict[str, Any]) -> dict[str, Any]:
-    """What is stored: samples thinned evenly to at most MAX_STORED_SAMPLES a process run,
-    5 digits each."""
-    out = dict(record)
-    out.pop("slices", None)  # a pair's, which thinning would misplace: no baseline has pairs
-    if "processes" in out:
-        out["processes"] = [compact(run) for run in out["processes"]]
-    for key in ("samples", "reference"):
-        values = out.get(key)
-        if values:
-            step = max(1, -(-len(values) // MAX_STORED_SAMPLES))
-            out[key] = [float(f"{v:.5g}") for v in values[::step]]
-    return out
 
 
 VERDICTS_KEY = pytest.StashKey[Verdicts]()

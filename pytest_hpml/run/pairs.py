@@ -1,0 +1,36 @@
+"""Head against base, as the session starts it: the first pair of processes starts while the
+tests run, and each benchmark's window of rounds in a pair's process."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from ..config import markers
+from ..config.resolution import Settings
+from ..config.role import duty, settings
+
+# A shared host's slow spells last up to a second, so a process of the pairs measures for at
+# least this long in all, or all of --hpml-bench-time if shorter (Note [Head against base]).
+PAIR_WINDOW = 1.0
+
+
+def pair_window(settings: Settings, benchmarks: int) -> float:
+    """Seconds of rounds a benchmark gets in each process of the pairs, with --hpml-against:
+    its share of --hpml-bench-time, ten slices or more at the default bench time and pairs
+    (Note [Slices])."""
+    shared = settings.bench_time / (4 * settings.pairs)
+    return max(shared, min(settings.bench_time, PAIR_WINDOW) / max(benchmarks, 1))
+
+
+def start_pairs(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
+    """With --hpml-against, in the controller: start the first pair of processes on the
+    benchmarks collected, while this session runs its tests (Note [Cheaper processes]); none
+    where it collected none."""
+    from ..bench.sides import AGAINST_KEY
+
+    against = config.stash.get(AGAINST_KEY, None)
+    tests = [item.nodeid for item in items if markers.is_benchmark(item)]
+    if against is not None and duty(config).against:
+        against.start_early(tests, pair_window(settings(config), len(tests)))
