@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_hpml.bench.sides import Pairs, Side
+from pytest_hpml.bench.pairing import Pairs, Side
 from pytest_hpml.config.role import RERUN_ENV
 from pytest_hpml.model import Comparison
 from pytest_hpml.verdict import stats

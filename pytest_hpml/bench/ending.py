@@ -8,7 +8,7 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -110,3 +110,35 @@ class Ending:
 def _as_ctrl_c(number: int, frame: FrameType | None) -> None:
     SEEN_CTRL_C.append(number)  # seen, should a finalizer swallow it (Note [Swallowed Ctrl-C])
     raise KeyboardInterrupt(f"{signal.Signals(number).name} received")
+
+
+class Finish:
+    """Ends head against base (``remove`` removes its base worktree): once the pairs are
+    over, an ending signal is held (a Ctrl-C in the summary or in pytest's clean-up would end
+    in a traceback); the worktree is removed as the run is unconfigured, after every other
+    plugin; the handlers are given back in a clean-up, after pytest's own (Note [Ending
+    signals])."""
+
+    def __init__(self, ending: Ending, remove: Callable[[], None]) -> None:
+        self.ending, self.remove_worktree, self.removed = ending, remove, False
+
+    def hold(self) -> None:
+        """From now until the run has ended, an ending signal is held (the pairs are over)."""
+        self.ending.defer()
+
+    def remove(self) -> None:
+        if self.removed:
+            return
+        self.removed = True
+        self.ending.defer()
+        self.remove_worktree()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.remove()
+
+    def __call__(self) -> None:  # the clean-up, also where pytest_unconfigure never came
+        try:
+            self.remove()
+        finally:
+            self.ending.restore()

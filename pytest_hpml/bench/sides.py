@@ -16,14 +16,13 @@ import functools
 import importlib.util
 import os
 import random
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,100 +31,19 @@ import pytest
 from .. import _compat, vcs
 from ..config.invocation import child_args
 from ..config.progress import Progress, plural
-from ..config.resolution import SETTINGS_KEY
-from ..config.values import given, shown
-from . import ending, forkserver, reruns
-from .ending import Ending
+from . import ending, forkserver, reruns, worktree
 from .environment import (
     CHECK_TIMEOUT,
-    SPEAK_AFTER,
     describe_here,
     described,
     describing,
     version,
 )
+from .pairing import BASE, HEAD, Pairs, Side, Waited, take
 
-BASE, HEAD = "base", "head"
-SPEAK_EVERY = 30.0  # seconds from one line saying what a pair waits for to the next
 # Pairs that count the work (the others only time): two processes a side show a count that
 # varies with the input (Note [Torch state]).
 COUNTED_PAIRS = 2
-
-
-@dataclass(frozen=True)
-class Side:
-    """One side of the comparison: a tree of the repository and how to run its tests."""
-
-    name: str  # BASE or HEAD
-    top: Path  # the tree's top level: the repository itself or the base worktree
-    revision: str  # the commit (12 hex digits), "+ changes" on a head with uncommitted ones
-    python: str
-
-    def path(self, head_top: Path, where: Path) -> Path:
-        """``where``, a path of the working tree, in this side's tree."""
-        try:
-            return self.top / Path(where).resolve().relative_to(head_top)
-        except ValueError:  # outside the repository: the same on both sides
-            return Path(where)
-
-
-@dataclass
-class Pairs:
-    """What the pairs of processes measured: per pair, each side's results by test id."""
-
-    base: Side
-    head: Side
-    measured: list[dict[str, dict[str, dict[str, Any]]]] = field(default_factory=list)
-    failed: dict[str, dict[str, str]] = field(default_factory=dict)  # side -> test -> why
-    collected: dict[str, set[str]] = field(default_factory=dict)  # side -> benchmark tests
-    notes: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    # side -> test -> metrics counted once per side under valgrind (--hpml-instructions)
-    counted: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
-    cap: int = 0  # the most pairs a benchmark gets (--hpml-pairs)
-    benchmarks: int = 0  # how many were to be measured
-    # at each look (Note [Adaptive pairs]): pairs done, and how many benchmarks were settled
-    looks: list[tuple[int, int]] = field(default_factory=list)
-    # the benchmarks no longer measured although unsettled: the cap would not settle them
-    let_go: set[str] = field(default_factory=set)
-
-    def stopped(self) -> str:
-        """Why the pairs stopped where they did, in words."""
-        done, benchmarks = len(self.measured), self.benchmarks
-        if done < self.cap and self.looks and self.looks[-1][1] == benchmarks:
-            stopped = f"after {done} of at most {plural(self.cap, 'pair')}"
-            if not self.let_go:
-                return f"every verdict settled {stopped}"
-            return (
-                f"every verdict settled {stopped}, or could not be by the cap "
-                f"({len(self.let_go)} of {benchmarks})"
-            )
-        settled = self.looks[-1][1] if self.looks else 0
-        if done >= self.cap and settled < benchmarks:
-            stopped = f"{benchmarks - settled} of {benchmarks} unsettled at the cap of {self.cap}"
-            if not self.let_go:
-                return stopped
-            return f"{stopped}; {len(self.let_go)} more let go earlier: it would not settle them"
-        return ""
-
-    def names(self, side: str, test: str) -> set[str]:
-        """The metrics ``side``'s ``test`` measured (or counted) in any pair."""
-        return {
-            name
-            for pair in [*self.measured, self.counted]
-            for name in pair.get(side, {}).get(test, {})
-        }
-
-    def runs(self, test: str, name: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        """(head, base) records of one metric, one per pair in which both sides measured it
-        (or counted it, under valgrind)."""
-        found = []
-        for pair in [*self.measured, self.counted]:
-            head = pair.get(HEAD, {}).get(test, {}).get(name)
-            base = pair.get(BASE, {}).get(test, {}).get(name)
-            if head is not None and base is not None:
-                found.append((head, base))
-        return found
 
 
 class Against:
@@ -134,12 +52,14 @@ class Against:
     def __init__(self, config: pytest.Config, revision: str, python: str, paths: Sequence[str]):
         self.config = config
         self.asked = revision
-        self.paths = _check_paths(config, paths)
-        self.top = _toplevel(config.rootpath)
-        self.here = _inside(self.top, Path(config.invocation_params.dir))
-        sha = _commit(self.top, revision)
-        dirty = _git(self.top, "status", "--porcelain", "--untracked-files=no").strip()
-        head = _commit(self.top, "HEAD")[:12] + (" + changes" if dirty else "")
+        self.paths = worktree.check_paths(config, paths)
+        self.top = worktree.toplevel(config.rootpath)
+        self.here = worktree.inside(self.top, Path(config.invocation_params.dir))
+        sha = worktree.commit_of(self.top, revision)
+        dirty = worktree.git_or_usage(
+            self.top, "status", "--porcelain", "--untracked-files=no"
+        ).strip()
+        head = worktree.commit_of(self.top, "HEAD")[:12] + (" + changes" if dirty else "")
         self.head = Side(HEAD, self.top, head, sys.executable)
         self._descriptions: dict[str, dict[str, Any]] | None = None
         self._base_description: dict[str, Any] | None = None  # another interpreter's
@@ -148,11 +68,13 @@ class Against:
         self._server: forkserver.Server | None = None
         self._server_tried = False
         self._watches: list[Any] = []  # torch_state.OnImport: the server starts with torch's import
-        _check_temporary(config.rootpath)
-        _remove_left_behind(config, self.top)
-        self.directory = Path(tempfile.mkdtemp(prefix=f"{WORKTREE_PREFIX}{os.getpid()}-"))
+        worktree.check_temporary(config.rootpath)
+        worktree.remove_left_behind(config, self.top)
+        self.directory = Path(tempfile.mkdtemp(prefix=f"{worktree.WORKTREE_PREFIX}{os.getpid()}-"))
         try:
-            _git(self.top, "worktree", "add", "--detach", "--quiet", str(self.directory), sha)
+            worktree.git_or_usage(
+                self.top, "worktree", "add", "--detach", "--quiet", str(self.directory), sha
+            )
             self.base = Side(BASE, self.directory, sha[:12], sys.executable)
             _check_tree(self, revision)
             if python:
@@ -256,7 +178,7 @@ class Against:
                     started = early or self._start(
                         found, order, measuring, window(len(measuring)), counts
                     )
-                    waited = _Waited(progress, index + 1, started.order)
+                    waited = Waited(progress, index + 1, started.order)
                     pair = self._finish(found, started, before if index == 0 else None, waited)
                 except KeyboardInterrupt:
                     progress.close()  # its line ended before pytest says where Ctrl-C hit
@@ -442,7 +364,7 @@ class Against:
                 before()
             reruns.take_turns(started.turns, started.running, started.first_cpu, waited)
             return {
-                side.name: _take(found, side, *process.result())
+                side.name: take(found, side, *process.result())
                 for side, process in zip(started.order, started.running)
             }
         except BaseException:
@@ -450,34 +372,6 @@ class Against:
             raise
         finally:
             started.close()
-
-
-class _Waited:
-    """Says what a pair waits for once one wait has lasted :data:`SPEAK_AFTER` seconds, and
-    again every :data:`SPEAK_EVERY` seconds it goes on: a base whose benchmark never returns
-    is awaited as long as pytest would await it, but not in silence. No wait is cut short:
-    a benchmark's set-up and warm-up (a compiled model) may take minutes."""
-
-    def __init__(self, progress: Progress, pair: int, order: Sequence[Side]) -> None:
-        self.progress, self.pair, self.order = progress, pair, order
-        self.due, self.last = SPEAK_AFTER, 0.0
-
-    def __call__(self, index: int, measuring: bool, seconds: float) -> None:
-        if seconds < self.last:  # a new wait
-            self.due = SPEAK_AFTER
-        self.last = seconds
-        if seconds < self.due:
-            return
-        self.due = seconds + SPEAK_EVERY
-        side, waits = self.order[index].name, f"pair {self.pair} waits {seconds:.0f} s"
-        if measuring:
-            said = (
-                f"{waits} for its {side} process to end a slice of its measuring ({reruns.SLICE} "
-                "s as a rule): a call of its benchmark lasts that long, or never ends"
-            )
-        else:
-            said = f"{waits} for its {side} process to start, set up or warm up its next benchmark"
-        self.progress.say(said)
 
 
 @dataclass
@@ -503,82 +397,6 @@ class _Started:
         self.pool.shutdown(wait=True)
 
 
-def _take(
-    found: Pairs, side: Side, done: subprocess.CompletedProcess[str], answer: Any
-) -> dict[str, dict[str, Any]]:
-    """What one process of ``side`` measured, by test id (none if it answered nothing); what
-    failed there, and the benchmarks it collected, noted in ``found``."""
-    if answer is None:
-        note = f"a {side.name} process measured nothing ({reruns.silence(done)})"
-        if note not in found.notes:
-            found.notes.append(note)
-        return {}
-    for test, why in answer.get("failed", {}).items():
-        found.failed.setdefault(side.name, {}).setdefault(test, why)
-    found.collected.setdefault(side.name, set()).update(answer.get("benchmarks", ()))
-    return {result["test"]: result["metrics"] for result in answer["results"]}
-
-
-# A base worktree's name holds its run's process id: a later run knows which ones a killed run
-# left behind (SIGKILL: nothing could clean up).
-WORKTREE_PREFIX = "pytest-hpml-base-"
-_LEFT_BEHIND = re.compile(re.escape(WORKTREE_PREFIX) + r"(\d+)-")
-
-
-def _remove_left_behind(config: pytest.Config, top: Path) -> None:
-    """Remove the base worktrees of ``top`` whose run no longer runs, and say so; another
-    tool's worktrees, and those of a run still going, are left alone."""
-    listed = _git(top, "worktree", "list", "--porcelain").splitlines()
-    for path in (Path(line[len("worktree ") :]) for line in listed if line.startswith("worktree ")):
-        match = _LEFT_BEHIND.match(path.name)
-        if match is None or _running(int(match.group(1))):
-            continue
-        vcs.remove_worktree(top, path)
-        with _compat.uncaptured(config):
-            print(
-                f"hpml: removed the base worktree {path}, which a run that ended without "
-                f"cleaning up (process {match.group(1)}) left behind",
-                file=sys.stderr,
-                flush=True,
-            )
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True  # another user's process, or no pid at all: not ours to judge
-    return True
-
-
-NEEDS_GIT = "--hpml-against needs git, which is not installed here (or not on PATH)"
-
-
-def _git(top: Path, *args: str) -> str:
-    """Run git in ``top``; a usage error saying what failed."""
-    try:
-        return vcs.git(top, *args)
-    except vcs.Missing:
-        raise pytest.UsageError(NEEDS_GIT) from None
-    except vcs.GitError as exc:
-        raise pytest.UsageError(str(exc)) from None
-
-
-def _inside(top: Path, here: Path) -> Path:
-    """``here``, the invocation directory, which must lie in the repository: relative paths on
-    the command line then name the same files in both trees."""
-    try:
-        here.resolve().relative_to(top)
-    except ValueError:
-        raise pytest.UsageError(
-            f"--hpml-against: pytest runs from {here}, outside the repository {top}; run it "
-            "from inside the repository, so that its paths name the same files in both trees"
-        ) from None
-    return here
-
-
 def _modules() -> list[str]:
     """What each side's processes import, and its description imports first."""
     torch = importlib.util.find_spec("torch") is not None
@@ -596,49 +414,11 @@ def _check_tree(against: Against, revision: str) -> None:
         )
 
 
-def _toplevel(root: Path) -> Path:
-    try:
-        return Path(vcs.git(root, "rev-parse", "--show-toplevel").strip()).resolve()
-    except vcs.Missing:
-        raise pytest.UsageError(NEEDS_GIT) from None
-    except vcs.GitError:
-        raise pytest.UsageError(
-            f"--hpml-against compares with a git revision, but the rootdir {root} is not in a "
-            "git repository; run it in a clone, or compare with stored baselines "
-            "(--hpml-baseline)"
-        ) from None
-
-
-def _commit(top: Path, revision: str) -> str:
-    try:
-        return vcs.commit(top, revision)
-    except vcs.Missing:
-        raise pytest.UsageError(NEEDS_GIT) from None
-    except vcs.Ambiguous as exc:
-        raise pytest.UsageError(
-            f"--hpml-against={exc}; name one in full (--hpml-against={exc.first})"
-        ) from None
-    except vcs.GitError:
-        raise pytest.UsageError(
-            f"--hpml-against={revision}: no such commit in {top}; name a branch, tag or sha "
-            "(git rev-parse must know it: in CI, fetch the base first, e.g. "
-            "actions/checkout with fetch-depth: 0)"
-        ) from None
-
-
-def _named(config: pytest.Config, dest: str, value: Any) -> str:
-    """An option's value as messages name it, with the source that gave it
-    (``HPML_AGAINST_PYTHON=python3 -S``, ``ini hpml_against_paths = src``)."""
-    sources = config.stash[SETTINGS_KEY].sources if SETTINGS_KEY in config.stash else {}
-    source = sources.get(dest, "default")
-    return given(f"--hpml-{dest.replace('_', '-')}" if source == "default" else source, value)
-
-
 def _check_python(python: str, against: Against) -> tuple[str, dict[str, Any]]:
     """The base side's interpreter and its description, once it is seen to import
     pytest-hpml, pytest-benchmark and (where this one has it) torch; a usage error
     otherwise."""
-    named = _named(against.config, "against_python", python)
+    named = worktree.named(against.config, "against_python", python)
     found = shutil.which(python)
     if found is None:
         command = python.split()  # "python3 -S": a command line, where a program is named
@@ -681,42 +461,6 @@ def _check_python(python: str, against: Against) -> tuple[str, dict[str, Any]]:
     return found, description
 
 
-def _check_temporary(root: Path) -> None:
-    """A usage error where the temporary directory lies in the rootdir: the base worktree made
-    there would be collected as the head's tests."""
-    where, root = Path(tempfile.gettempdir()).resolve(), root.resolve()
-    if where == root or root in where.parents:
-        named = next(
-            (f"{v}={os.environ[v]}" for v in ("TMPDIR", "TEMP", "TMP") if v in os.environ), ""
-        )
-        raise pytest.UsageError(
-            f"--hpml-against: the temporary directory {where} ({named or 'the default'}) lies "
-            f"in the rootdir {root}, where pytest would collect the base worktree as the head's "
-            "tests; set TMPDIR to a directory outside it"
-        )
-
-
-def _check_paths(config: pytest.Config, paths: Sequence[str]) -> tuple[str, ...]:
-    """``paths`` (--hpml-against-paths), each a directory of the rootdir, which each side puts
-    first on ``sys.path`` from its own tree; a usage error otherwise. A path outside the rootdir
-    (absolute, or through ``..``) would be the same on both sides, one that is no directory puts
-    nothing there: either way the comparison would not be what it says."""
-    root = config.rootpath.resolve()
-    for path in paths:
-        where = (root / path).resolve()
-        if where != root and root not in where.parents:
-            why = f"{shown(path)} lies outside the rootdir {root}, the same for both sides"
-        elif not where.is_dir():
-            why = f"{shown(path)} is no directory of the rootdir {root}"
-        else:
-            continue
-        raise pytest.UsageError(
-            f"{_named(config, 'against_paths', ','.join(paths))}: {why}; name directories of "
-            "the rootdir, relative to it (such as src)"
-        )
-    return tuple(paths)
-
-
 AGAINST_KEY = pytest.StashKey[Against]()
 
 
@@ -732,41 +476,10 @@ def prepare(config: pytest.Config, chosen: Any, launched: bool) -> None:
         return
     against = Against(config, chosen.against, chosen.against_python, chosen.against_paths)
     config.stash[AGAINST_KEY] = against
-    finish = _Finish(ending.Ending(config), against)
+    finish = ending.Finish(ending.Ending(config), against.remove)
     config.pluginmanager.register(finish, "hpml-against-finish")
     config.add_cleanup(finish)  # where pytest_unconfigure never comes
     against.watch_imports()
-
-
-class _Finish:
-    """Ends head against base: once the pairs are over, an ending signal is held (a Ctrl-C in
-    the summary or in pytest's clean-up would end in a traceback); the worktree is removed as
-    the run is unconfigured, after every other plugin; the handlers are given back in a
-    clean-up, after pytest's own (Note [Ending signals])."""
-
-    def __init__(self, ending: Ending, against: Against) -> None:
-        self.ending, self.against, self.removed = ending, against, False
-
-    def hold(self) -> None:
-        """From now until the run has ended, an ending signal is held (the pairs are over)."""
-        self.ending.defer()
-
-    def remove(self) -> None:
-        if self.removed:
-            return
-        self.removed = True
-        self.ending.defer()
-        self.against.remove()
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_unconfigure(self, config: pytest.Config) -> None:
-        self.remove()
-
-    def __call__(self) -> None:  # the clean-up, also where pytest_unconfigure never came
-        try:
-            self.remove()
-        finally:
-            self.ending.restore()
 
 
 def rank_forker(config: pytest.Config) -> Any:

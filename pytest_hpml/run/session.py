@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from .. import vcs
 from ..bench import reruns
 from ..bench.fixture import BENCHMARK_KEY
 from ..bench.metrics import is_sampled
+from ..bench.pairing import Pairs
 from ..config import markers
 from ..config.progress import counting_progress
 from ..config.resolution import Settings
@@ -28,8 +30,11 @@ from ..model import Result
 from ..storage import writer
 from ..storage.writer import Refused
 from ..verdict import baselines, paired, policy, stats
-from ..verdict.judge import busy, runs, threshold_said
+from ..verdict.judge import busy, measured_value, runs, threshold_said
 from . import pairs, stored
+
+if TYPE_CHECKING:
+    from ..bench.sides import Against
 
 
 class Verdicts:
@@ -50,7 +55,7 @@ class Verdicts:
         self.process_count = 1
         self.demoted = 0  # regressions and improvements the session-wide control took back
         self.tested = 0  # metrics whose verdicts rest on a test
-        self.pairs: Any = None  # bench.sides.Pairs, once --hpml-against measured both sides
+        self.pairs: Pairs | None = None  # once --hpml-against measured both sides
         self.looks: tuple[int, ...] = ()  # pairs after which they may stop (Note [Adaptive pairs])
         self.removed: list[str] = []  # benchmarks of the base revision the working tree lacks
         self.counting: Any = None  # bench.instructions.Counting, with --hpml-instructions
@@ -120,7 +125,8 @@ class Verdicts:
 
     def measure_again(self) -> None:
         """Measure the sampled benchmarks in the other processes and judge the pooled runs."""
-        counts = {r.test: self.processes_for(r.test) for r in self.results if _sampled(r)}
+        sampled = [r.test for r in self.results if any(map(is_sampled, r.metrics.values()))]
+        counts = {test: self.processes_for(test) for test in sampled}
         tests = [test for test, count in counts.items() if count > 1]
         if not tests:
             return
@@ -135,8 +141,8 @@ class Verdicts:
                 )
 
     @property
-    def against(self) -> Any:
-        """The comparison's sides (``bench.sides.Against``) with --hpml-against, else None."""
+    def against(self) -> Against | None:
+        """The comparison's sides with --hpml-against, else None."""
         from ..bench.sides import AGAINST_KEY
 
         return self.config.stash.get(AGAINST_KEY, None) if self.duty.against else None
@@ -171,14 +177,17 @@ class Verdicts:
         """Verdicts for ``metrics`` of one test (``result``) on the pairs of processes and
         the counts under valgrind of both sides."""
         verdicts: dict[str, stats.Comparison] = {}
+        found = self.pairs
+        if found is None:  # called once the pairs measured
+            return verdicts
         for name, record in metrics.items():
-            verdict = self._against(result, name, record, self.pairs)
+            verdict = self._against(result, name, record, found)
             # only a time or rate is judged on the pairs: a recorded value has no interval
-            let_go = result.test in self.pairs.let_go and is_sampled(record)
+            let_go = result.test in found.let_go and is_sampled(record)
             if let_go and not stats.settled(verdict):
                 reason = (
                     f"{verdict.reason}; not measured beyond {len(verdict.pairs or ())} pairs: "
-                    f"at this spread, {self.pairs.cap} would not settle it either"
+                    f"at this spread, {found.cap} would not settle it either"
                 )
                 verdict = dataclasses.replace(verdict, reason=reason)
             verdict = threshold_said(verdict, record, self.settings.threshold)
@@ -186,10 +195,10 @@ class Verdicts:
             verdicts[name] = verdict
         return verdicts
 
-    def unsettled(self, found: Any) -> list[str]:
-        """The benchmarks whose verdicts more pairs of processes (``found``, a
-        ``bench.sides.Pairs``) could change: a time or rate neither beyond the threshold nor
-        within it by its interval (Note [Adaptive pairs])."""
+    def unsettled(self, found: Pairs) -> list[str]:
+        """The benchmarks whose verdicts more pairs of processes (``found``) could change: a
+        time or rate neither beyond the threshold nor within it by its interval (Note
+        [Adaptive pairs])."""
         on_base = found.collected.get("base")
         failed = {test for tests in found.failed.values() for test in tests}
         done, looks = len(found.measured), len(self.looks)
@@ -214,24 +223,26 @@ class Verdicts:
         return measuring
 
     def _against(
-        self, result: Result, name: str, record: dict[str, Any], found: Any
+        self, result: Result, name: str, record: dict[str, Any], found: Pairs
     ) -> stats.Comparison:
-        """One metric's verdict against the base side (``found``, a ``bench.sides.Pairs``):
+        """One metric's verdict against the base side (``found``):
         new, not judged, or on its pairs."""
         test, failed = result.test, found.failed.get("base", {})
         on_base = found.collected.get("base")
         if on_base is not None and test not in on_base:
             reason = "only in the working tree: nothing to compare with"
-            return stats.Comparison(stats.NEW, current=_current(record), reason=reason)
+            return stats.Comparison(stats.NEW, current=measured_value(record), reason=reason)
         if test in failed:
             reason = f"{reruns.on_side('base', failed[test])}: not judged"
-            return stats.Comparison(stats.INCONCLUSIVE, current=_current(record), reason=reason)
+            return stats.Comparison(
+                stats.INCONCLUSIVE, current=measured_value(record), reason=reason
+            )
         runs = found.runs(test, name)
         on_base_side = set() if runs else found.names("base", test)
         if on_base_side and name not in on_base_side:
             kept = ", ".join(sorted(on_base_side))
             reason = f"only in the working tree's test (the base's records {kept}): not compared"
-            return stats.Comparison(stats.NEW, current=_current(record), reason=reason)
+            return stats.Comparison(stats.NEW, current=measured_value(record), reason=reason)
         return paired.judge_paired(record, runs, result.threshold, len(self.looks))
 
     def count_instructions(self) -> None:
@@ -245,6 +256,7 @@ class Verdicts:
         asked = [r for r in self.results if r.instructions]
         tests = [r.test for r in asked if self._may_have_changed(r)]
         against = self.against
+        sides: dict[str, Callable[..., Any]]
         if against is None:
             sides = {"head": functools.partial(reruns.ask, self.config, bench_time=0.0)}
         else:
@@ -449,17 +461,6 @@ class Verdicts:
 
     def unit(self, test: str, name: str) -> str:
         return str(next(r.metrics[name]["unit"] for r in self.results if r.test == test))
-
-
-def _current(record: dict[str, Any]) -> float | None:
-    """What a metric measured, as the verdict table shows it."""
-    if "samples" in record:
-        return stats.median(record["samples"]) if record["samples"] else None
-    return record.get("value")
-
-
-def _sampled(result: Result) -> bool:
-    return any(is_sampled(m) for m in result.metrics.values())
 
 
 VERDICTS_KEY = pytest.StashKey[Verdicts]()

@@ -25,6 +25,13 @@ def runs(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [record, *record.get("processes", ()), *record.get("earlier", ())]
 
 
+def measured_value(record: Mapping[str, Any]) -> float | None:
+    """What a metric measured, as the verdict table shows it."""
+    if "samples" in record:
+        return stats.median(record["samples"]) if record["samples"] else None
+    return record.get("value")
+
+
 def pooled(process_runs: Sequence[Mapping[str, Any]], key: str = "samples") -> list[float]:
     """One field (samples, reference) of several process runs, together."""
     return [s for run in process_runs for s in run[key]]
