@@ -12,9 +12,8 @@ import functools
 import inspect
 import numbers
 import sys
-import time
 from dataclasses import replace
-from typing import Any, Callable, TypeVar, cast
+from typing import Any, Callable
 
 from .. import _compat
 from ..config.markers import BenchSettings
@@ -22,7 +21,8 @@ from ..config.values import shown, usable_cpus
 from ..hardware.torch_state import observed
 from . import cores as cores_free
 from . import metrics
-from .counters import DynamoCounters, count_flops, cuda_peak_memory, model_size, tracked_peak_memory
+from .counters import DynamoCounters, count_flops, model_size
+from .declared import RATIO, Declarations, may_refuse
 from .measure import Cadence, Plan, Series, _timed, measure, users_error
 
 # pytest reads this in every frame of this module: a failure of the benchmarked code shows that
@@ -65,24 +65,6 @@ def rate_metric(
     ).as_dict()
 
 
-Call = TypeVar("Call", bound=Callable[..., Any])
-
-
-def _may_refuse(method: Call) -> Call:
-    """A call whose arguments the benchmark checks: refused, it still used the fixture, so that
-    pytest-benchmark adds no "not used at all" to the refusal (one message per bad input)."""
-
-    @functools.wraps(method)
-    def call(self: HpmlBenchmark, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except Exception:
-            self._refused = True
-            raise
-
-    return cast(Call, call)
-
-
 def _run_work(function: Callable[..., Any], result: Any) -> Any:
     """``result``, unless it is work not yet done: a generator or a coroutine was timed as it
     was made, not as it ran (a TypeError, so that no such time is recorded)."""
@@ -105,7 +87,7 @@ def _run_work(function: Callable[..., Any], result: Any) -> Any:
     return result
 
 
-class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
+class HpmlBenchmark(Declarations, _compat.benchmark_fixture_class()):  # type: ignore[misc]
     """pytest-benchmark's ``benchmark`` fixture, measured the pytest-hpml way.
 
     Use it as before, ``benchmark(fn, *args)`` or ``benchmark.pedantic(...)``: pytest-benchmark's
@@ -116,30 +98,8 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
     (any deterministic metric). What is measured is kept in ``metrics`` for the baselines.
     """
 
-    _plan: Plan
-    _settings: BenchSettings
-    _state: Any  # hardware.torch_state.TorchState: threads and seed (None: none)
     _late: Callable[[], dict[str, Any]] | None  # the plan's torch parts, for a late torch
-    state: dict[str, Any]  # torch's state while the rounds ran
     _count_disabled: bool  # under xdist timing is off, but counts need no quiet cores
-    _counts: bool  # off: another process counts them (they are the same in all)
-    _callgrind: Any  # under valgrind: instructions counted, nothing timed
-    _peaks: Any  # fixture.Peaks: how the device's peak is found, for mfu
-    _batch_size: int | None
-    _tracked: bool  # track() says what one call processes, once
-    _model: Any
-    _flops: bool
-    _work: dict[str | None, Any]  # the work counted: variant (None) -> counters
-    _counted: bool  # whether the work was counted (or could not be)
-    work_seconds: float  # what counting it took
-    instruction_seconds: float  # what counting its instructions took, under valgrind
-    uncounted: dict[str, str]  # instruction metric -> why it was not counted
-    no_peak: str | None  # why a step with FLOPs has no mfu (Note [MFU])
-    _expected: dict[str | None, dict[str, float]]  # variant -> bounds
-    accepted: dict[str, dict[str, str]]  # metric -> change and reason
-    metrics: dict[str, dict[str, Any]]  # metric -> record
-    _recorded: set[str]  # the metrics the test recorded (record())
-    _refused: bool  # whether a call of the test's failed (_may_refuse)
     superseded: list[str]
 
     @classmethod
@@ -185,191 +145,6 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         self.superseded = superseded(fixture, plan)
         return self
 
-    @_may_refuse
-    def track(
-        self, *, model: Any = None, batch_size: int | None = None, flops: bool = True
-    ) -> HpmlBenchmark:
-        """Say what one call processes: adds parameters, FLOPs, throughput and FLOP/s."""
-        __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
-        metrics.check_flag("track", "flops", flops)
-        if self._tracked:  # the second replaced the first, unsaid
-            raise ValueError("track() was called already: give all its arguments in one call")
-        if batch_size is not None:
-            given = metrics.given("track", "batch_size", batch_size)
-            if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
-                raise TypeError(f"{given}: give {BATCH}")
-            batch_size = metrics.check_number("track", "batch_size", batch_size, BATCH, 1)
-            if self._batch_size and batch_size != self._batch_size:  # the mark's lost, unsaid
-                raise ValueError(
-                    f"{given}: hpml_bench gives batch_size={self._batch_size:g}; give it in one "
-                    "place"
-                )
-            self._batch_size = batch_size
-        torch = sys.modules.get("torch")  # a module of torch's means torch is imported
-        if model is not None and (torch is None or not isinstance(model, torch.nn.Module)):
-            raise TypeError(f"{metrics.given('track', 'model', model)}: give a torch.nn.Module")
-        self._model, self._flops, self._tracked = model, flops, True
-        return self
-
-    @_may_refuse
-    def record(
-        self,
-        name: str,
-        value: float,
-        *,
-        unit: str = "",
-        tolerance: float = 0.0,
-        portable: bool = True,
-        higher_is_worse: bool = True,
-    ) -> None:
-        """Record a deterministic metric (graph breaks, bytes moved, ...) to compare with the
-        baseline exactly or within ``tolerance`` (relative). Once per name, and not a name the
-        benchmark measures itself (``time``, ``syncs``, ``peak_memory``...), in either order."""
-        __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
-        name = metrics.check_name("record", "name", name, name)
-        value = metrics.check_number("record", "value", value, metrics.VALUE)
-        tolerance = metrics.check_number("record", "tolerance", tolerance, metrics.TOLERANCE, 0)
-        metrics.check_text("record", "unit", unit, UNIT, empty=True)
-        metrics.check_flag("record", "portable", portable)
-        metrics.check_flag("record", "higher_is_worse", higher_is_worse)
-        if name in self.metrics:
-            first = "record(...)" if name in self._recorded else _compat.mode(self)
-            raise ValueError(
-                f"{metrics.given('record', 'name', name)}: {first} gave {name!r} already; "
-                "a metric has one value: give this one another name"
-            )
-        origin = "benchmark.record(tolerance=...)" if tolerance else None
-        self._record(name, value, unit, tolerance, origin, portable, higher_is_worse)
-        self._recorded.add(name)
-
-    def _record(
-        self,
-        name: str,
-        value: float,
-        unit: str = "",
-        tolerance: float = 0.0,
-        origin: str | None = None,
-        portable: bool = True,
-        higher_is_worse: bool = True,
-    ) -> None:
-        """:meth:`record`, saying where a tolerance came from (``origin``), for the verdict."""
-        count = metrics.Count(
-            unit,
-            portable=portable,
-            value=value,
-            tolerance=tolerance,
-            tolerance_from=origin,
-            higher_is_worse=higher_is_worse,
-        )
-        self._put(name, count.as_dict())
-
-    def _put(self, name: str, record: dict[str, Any]) -> None:
-        """Keep a metric the benchmark measured itself; one the test recorded under that name
-        before is refused (after, :meth:`record` refuses it): neither value replaces the
-        other unsaid."""
-        __tracebackhide__ = True  # refuses what the test asked (Note [Tracebacks])
-        self._measures(name)
-        self.metrics[name] = record
-
-    def _measures(self, *names: str, call: str | None = None) -> None:
-        """Refuse to measure what the test recorded itself (:meth:`_put`); for the times, said
-        before the rounds (and where timing is off), so that no budget is spent on a
-        measurement refused after."""
-        __tracebackhide__ = True  # refuses what the test asked (Note [Tracebacks])
-        for name in names:
-            if name in self._recorded:
-                raise ValueError(
-                    f"{call or _compat.mode(self)} measures {name!r} itself, which "
-                    f"record({name!r}, ...) gave already: give that metric another name"
-                )
-
-    @_may_refuse
-    def expect(self, variant: str | None = None, **bounds: float) -> HpmlBenchmark:
-        """State what one call may ask of the machine at most, whatever any baseline says:
-        ``benchmark.expect(syncs=0, copies=0)``, or ``flops_float32=0`` for FLOPs of one dtype;
-        with :meth:`variants`, of every variant or of the one named by ``variant``. The names
-        are the work counters' (Note [Work counters]); a counter above its bound fails the
-        test, naming the operators and source lines. Checked once the work is counted: call it
-        before or after ``benchmark(...)``."""
-        __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
-        if variant is not None:
-            metrics.check_name("expect", "variant", variant, variant)
-        known = metrics.WORK_UNITS
-        unknown = sorted(n for n in bounds if n not in known and not n.startswith("flops_"))
-        if unknown:
-            raise TypeError(
-                f"expect() got unknown work counter(s) {', '.join(map(repr, unknown))}; known: "
-                f"{', '.join(metrics.WORK_UNITS)} and flops_<dtype> (flops_float64, ...)"
-            )
-        chosen, checked = self._expected.get(variant, {}), {}
-        for key, bound in bounds.items():
-            metrics.check_keyword("expect", key, bound)
-            checked[key] = metrics.check_number("expect", key, bound, metrics.BOUND, 0)
-            if key in chosen:  # a second bound would replace the first unsaid
-                raise ValueError(
-                    f"{metrics.given('expect', key, bound)}: an earlier expect() gave "
-                    f"{key}={chosen[key]!r}{_of(variant)}; give one bound per counter"
-                )
-        self._expected[variant] = {**chosen, **checked}
-        if self._counted:
-            self._check_expected()
-        return self
-
-    @_may_refuse
-    def expect_change(self, reason: str, **changes: str | int) -> HpmlBenchmark:
-        """Accept, in the change itself, that metrics of this benchmark grow:
-        ``benchmark.expect_change("exact GELU for accuracy", ops="+2", time="+15%")``. A metric
-        that grows by at most that much (relative with ``%``, else per call) is ``accepted``
-        with ``reason`` instead of failing the run; beyond it, it fails as before. Names are the
-        metrics' (``time``, ``instructions``, ``syncs``, ``flops_float32`` for
-        ``flops[float32]``; a name covers its variants). Once the base has the change, the
-        report says it did not happen: drop the call then (Note [Accepted changes])."""
-        __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
-        if not isinstance(reason, str) or not reason.strip():
-            raise TypeError("expect_change() needs a reason: what the change adds, and why")
-        if not changes:
-            raise TypeError("expect_change() names no metric: e.g. ops='+2' or time='+15%'")
-        found: dict[str, dict[str, str]] = {}
-        for key, asked in changes.items():
-            name = metrics.check_keyword("expect_change", key, asked)
-            amount = metrics.check_amount("expect_change", key, asked)
-            if amount.value == 0:
-                raise ValueError(
-                    f"{metrics.given('expect_change', key, asked)}: accepts no change; give how "
-                    "much it may grow, as '+15%' or '+2' per call, or drop it"
-                )
-            if not amount.relative and name == "time":  # '+15' would read as 15 s a call
-                raise ValueError(
-                    f"{metrics.given('expect_change', key, asked)}: a time grows by a percent, "
-                    f"as '+{amount.value:g}%'; an amount per call ('+2') is for counts"
-                )
-            first = self.accepted.get(name) or found.get(name)
-            if first is not None:  # a second amount would replace the first unsaid
-                raise ValueError(
-                    f"{metrics.given('expect_change', key, asked)}: an earlier expect_change "
-                    f"accepts {first['change']} for {name!r} ({first['reason']!r}); accept one "
-                    "amount per metric"
-                )
-            found[name] = {"change": str(amount), "reason": reason.strip()}
-        self.accepted.update(found)
-        return self
-
-    @_may_refuse
-    def cite(self, name: str, value: float, source: str) -> None:
-        """Show a published figure (a book's, a paper's) beside the metric ``name`` measured
-        here: reference data for the reader, never judged. Nothing to cite beside when timing is
-        off (``--benchmark-disable``, xdist)."""
-        __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
-        metrics.check_name("cite", "name", name, name)
-        value = metrics.check_number("cite", "value", value, metrics.VALUE)
-        metrics.check_text("cite", "source", source, "where the figure comes from: a str")
-        if self.disabled:
-            return
-        if name not in self.metrics:
-            measured = ", ".join(self.metrics) or "none yet"
-            raise ValueError(f"cite() after measuring: no metric {name!r} (measured: {measured})")
-        self.metrics[name]["cited"] = {"value": value, "source": source}
-
     def __call__(self, function_to_benchmark: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Benchmark ``function_to_benchmark(*args, **kwargs)``; returns its result."""
         __tracebackhide__ = True  # calls the benchmarked code (Note [Tracebacks])
@@ -412,7 +187,7 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         _compat.save_cprofile(self, profile)
         return result
 
-    @_may_refuse
+    @may_refuse
     def variants(
         self,
         targets: dict[str, Callable[[], Any]],
@@ -588,10 +363,6 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
         found = observed()
         return {**found, "asked": asked} if found and asked is not None else found
 
-    def _reseed(self) -> None:
-        if self._state is not None:
-            self._state.reseed()
-
     def _claim(self, mode: str) -> None:
         """pytest-benchmark's rule: one measurement per test."""
         __tracebackhide__ = True  # refuses the test's arguments (Note [Tracebacks])
@@ -635,157 +406,6 @@ class HpmlBenchmark(_compat.benchmark_fixture_class()):  # type: ignore[misc]
                 self._record_memory(call)
         if call is not None:
             self._record_mfu(None, call, series)
-
-    def _record_mfu(self, variant: str | None, call: Callable[[], Any], series: Series) -> None:
-        """``mfu`` (``mfu[name]`` of a variant): the rounds' FLOP/s over the device's dense peak
-        in the precision of most of the FLOPs (Note [MFU]); or, in ``no_peak``, why not. The
-        FLOPs by dtype are the work counters', else counted here where a peak may be known."""
-        if self._peaks is None or "torch" not in sys.modules:
-            return
-        from . import mfu
-
-        counted = self._work.get(variant)
-        tally = counted.tally if counted is not None else None
-        tracked = self.metrics.get("flops", {}).get("value", 0) if variant is None else 0
-        if tally is None:
-            if not mfu.worth_counting(self._plan.device, self._peaks):
-                if tracked:  # FLOPs without a peak: said, as where the work was counted
-                    self.no_peak = mfu.uncounted(self._plan.device)
-                return
-            from .work import count_flops_by_key
-
-            tally = count_flops_by_key(call)
-        if not tally:
-            return
-        # the benchmark's own count where it tracks FLOPs (so that mfu is flop_rate / peak)
-        flops = tracked or sum(tally.values())
-        found, why = mfu.utilization(tally, flops, series, self._peaks)
-        name = "mfu" if variant is None else f"mfu[{variant}]"
-        if found is not None:
-            self._put(name, {**found, **({"state": self.state} if self.state else {})})
-        self.no_peak = why or self.no_peak
-
-    def _count_work(self, calls: dict[str | None, Callable[[], Any]]) -> None:
-        """The work counters of one more call of each (variant name, or None: the benchmarked
-        function), outside the timed rounds (Note [Work counters]), recorded as exact counts
-        with what explains them: ``syncs``, or ``syncs[name]`` of a variant."""
-        self._counted = True
-        if not self._counts:  # counted, and their expectations checked, in another process
-            return
-        if self._settings.work and "torch" in sys.modules:
-            from .work import count_work
-
-            for variant, call in calls.items():
-                self._reseed()  # the same draws in every process (Note [Torch state])
-                start = time.perf_counter()
-                counter = count_work(call)
-                self.work_seconds += time.perf_counter() - start
-                if counter is None:
-                    continue
-                self._work[variant] = counter
-                if counter.ops:  # no torch work: no counters, in any process
-                    self._record_work(counter, "" if variant is None else f"[{variant}]")
-        self._check_expected()
-
-    def _count_instructions(self, calls: dict[str | None, Callable[[], Any]]) -> Any:
-        """In the process under valgrind: the instructions of each callable's calls
-        (Note [Instruction counts]), ``instructions`` or ``instructions[name]``. Returns what
-        the last callable's first call returned."""
-        from .instructions import TOLERANCE, Uncounted
-
-        self._counted = True
-        result = None
-        for variant, call in calls.items():
-            self._reseed()
-            counted, result = self._callgrind.count(call, self._plan.sync)
-            self.instruction_seconds += counted.seconds
-            name = "instructions" + ("" if variant is None else f"[{variant}]")
-            if isinstance(counted, Uncounted):
-                self.uncounted[name] = counted.why
-                continue
-            count = metrics.Instructions(
-                "instr",
-                value=round(counted.instructions),
-                tolerance=self._settings.tolerance.get("instructions", TOLERANCE),
-                tolerance_from=_origin(self._settings, "instructions")
-                or "instruction counts' default",
-                detail={"dumps": counted.dumps},  # read by instructions.attribute()
-                calls=counted.calls,
-                counted_on=self._callgrind.key,
-                waits=counted.waits,
-            )
-            self._put(name, count.as_dict())
-        return result
-
-    def _record_work(self, counter: Any, suffix: str) -> None:
-        for name, (value, detail) in counter.metrics().items():
-            tolerance = self._settings.tolerance.get(name, 0.0)
-            unit = metrics.WORK_UNITS.get(name, "FLOP")  # else FLOPs of a dtype
-            count = metrics.Count(
-                unit,
-                value=value,
-                tolerance=tolerance,
-                tolerance_from=_origin(self._settings, name),
-                detail=detail or None,
-            )
-            self._put(name + suffix, count.as_dict())
-
-    def _check_expected(self) -> None:
-        """Fail the test where a work counter is above what ``expect`` allows (checked where
-        the work is counted: not in the processes that only time, or count instructions)."""
-        __tracebackhide__ = True  # fails the test on what it asked for (Note [Tracebacks])
-        if not self._expected or not self._counts:
-            return
-        from .work import over_budget  # imports torch: only where something is expected
-
-        problems = []
-        for variant, bounds in self._expected.items():
-            chosen: dict[str | None, Any] = (
-                self._work if variant is None else {variant: self._work.get(variant)}
-            )
-            if not chosen or None in chosen.values():
-                raise AssertionError(
-                    f"benchmark.expect(...) cannot be checked: the work of "
-                    f"{'this benchmark' if variant is None else repr(variant)} was not counted "
-                    "(hpml_bench(work=False), no such variant, torch not loaded, or code that "
-                    "cannot run under torch's dispatch mode)"
-                )
-            for name, counter in chosen.items():
-                found = over_budget(counter, bounds)
-                problems += [f"{name}: {p}" if name else p for p in found]
-        if problems:
-            raise AssertionError("; ".join(problems))
-
-    def _record_memory(self, call: Callable[[], Any]) -> None:
-        """Peak memory of one call: CUDA's allocator on a GPU (same GPU model and torch only),
-        else the tensors the call allocates, which is the same on any machine."""
-        device = self._plan.device
-        peak: int | None
-        if getattr(device, "type", None) == "cuda":
-            peak = cuda_peak_memory(call, device, self._plan.sync)
-            origin = "CUDA peak memory's default"
-            self._record("peak_memory", peak, "B", 0.05, origin, portable=False)
-        elif getattr(device, "type", "cpu") == "cpu":
-            # the work counters' pass tracked the same storages: no second pass to count them
-            counted = self._work.get(None)
-            peak = counted.peak if counted is not None else tracked_peak_memory(call)
-            if peak is not None:
-                self._record("peak_memory", peak, "B")
-
-
-# What the calls accept, in their messages (the rest are metrics.VALUE, TOLERANCE, ...).
-BATCH = "the samples one call processes: an int >= 1"
-UNIT = "a unit: a str without control characters, such as 'B' or 'GB/s' ('' for none)"
-RATIO = "a speed-up's threshold: a finite number >= 0, such as 0.1"
-
-
-def _of(variant: str | None) -> str:
-    return "" if variant is None else f" for variant {variant!r}"
-
-
-def _origin(settings: BenchSettings, name: str) -> str | None:
-    """Where the tolerance of the counter ``name`` was set, if the test set one."""
-    return "hpml_bench(tolerance=...)" if name in settings.tolerance else None
 
 
 def _bind(
