@@ -254,3 +254,16 @@ def test_verdicts_use_no_pytest_and_reports_start_no_process() -> None:
             found += [f"{name} imports {m}" for m in sorted(used & PROCESS_MODULES)]
             found += [f"{name} uses {n}" for n in sorted(names & PROCESS_CALLS)]
     assert found == []
+
+
+MAX_LINES = 500  # a module a maintainer reads whole: split one that grows past it
+
+
+def test_no_module_is_over_500_lines() -> None:
+    """Each module stays small enough to read whole; a split keeps one role per module."""
+    long = {
+        name: lines
+        for name, path in modules().items()
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert long == {}
