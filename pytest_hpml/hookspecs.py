@@ -44,7 +44,7 @@ def pytest_hpml_judge_metric(
     threshold: float,
 ) -> Any:
     """The verdict on one metric of ``test``: a
-    :class:`~pytest_hpml.verdict.stats.Comparison`, or None to leave it to the next
+    :class:`~pytest_hpml.model.Comparison`, or None to leave it to the next
     implementation. ``record`` and ``baseline`` are metric records in their plain-dict form
     (:mod:`pytest_hpml.bench.metrics`); ``threshold`` is the one in force for the test."""
 

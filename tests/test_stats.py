@@ -470,6 +470,30 @@ def test_pairs_whose_processes_ran_at_another_speed_are_set_aside() -> None:
         assert len(result.pairs) == 7  # all shown
 
 
+@pytest.mark.parametrize(
+    ("speeds", "verdict"),
+    [
+        ([1.42, 1.42, 1.0], stats.INCONCLUSIVE),  # two of three: a bare majority
+        ([1.42, 1.42, 1.0, 1.42, 1.0], stats.INCONCLUSIVE),  # three of five
+        ([1.42, 1.42, 1.0, 1.42, 1.42], stats.REGRESSED),  # four of five
+    ],
+)
+def test_a_change_that_a_bare_majority_of_pairs_shows_is_not_settled(
+    speeds: list[float], verdict: str
+) -> None:
+    """The base of each pair at 1x, its head at 1.42x or 1x: the code is the same, the head's
+    processes landed in a slow speed. Two pairs against one had read +42% regressed (Note
+    [Split pairs]); a change counts once the group holds three pairs more than the rest."""
+    pairs = [
+        (process(v * 1e-3, seed=i), process(1e-3, seed=50 + i)) for i, v in enumerate(speeds)
+    ]
+    result = judge_paired(pairs[0][0], pairs, threshold=0.06, looks=3)
+    assert result.verdict == verdict, result
+    if verdict == stats.INCONCLUSIVE:
+        assert "too few over the" in result.reason, result.reason
+        assert not stats.settled(result)  # more pairs are measured
+
+
 def test_pairs_without_a_majority_are_judged_together() -> None:
     assert stats.majority([1.0, 1.01, 1.6, 1.61]) == ([1.0, 1.01, 1.6, 1.61], [])
     assert stats.majority([1.0, 1.01, 1.6]) == ([1.0, 1.01], [1.6])

@@ -85,6 +85,14 @@ def judge_paired(
             "processes ran at another speed (Note [Split pairs])"
         )
         result = dataclasses.replace(result, reason=reason)
+        if result.verdict in (stats.REGRESSED, stats.IMPROVED) and not stats.outvotes(
+            agreeing, aside
+        ):
+            reason = (
+                f"{result.reason}; {len(agreeing)} of {len(ratios)} pairs agree, too few over "
+                f"the {len(aside)} set aside to settle a change (Note [Split pairs])"
+            )
+            result = dataclasses.replace(result, verdict=stats.INCONCLUSIVE, reason=reason)
     # each side as the geometric mean of its processes' values, the head's moved by the change
     # judged: so that current / baseline - 1 is that change
     kept = [(h, b) for h, b in picked if h > 0 and b > 0] or [(math.nan, math.nan)]

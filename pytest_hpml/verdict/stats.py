@@ -209,6 +209,17 @@ def majority(ratios: Sequence[float]) -> tuple[list[float], list[float]]:
     return [r for r in ratios if r in largest], [r for r in ratios if r not in largest]
 
 
+# Pairs a group must hold beyond those set aside for its change to count (Note [Split pairs]):
+# two pairs against one are two processes' luck, not evidence.
+OUTVOTE = 3
+
+
+def outvotes(agreeing: Sequence[float], aside: Sequence[float]) -> bool:
+    """Whether the pairs that agree hold enough beyond those set aside (``majority``) for a
+    change they show to count: :data:`OUTVOTE` more, or none set aside."""
+    return not aside or len(agreeing) - len(aside) >= OUTVOTE
+
+
 def compare_pairs(
     ratios: Sequence[float],
     *,
