@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import warnings
 from collections.abc import Generator
 from typing import Any
 
@@ -296,8 +297,15 @@ class Collector:
         """With --hpml-against, start the first pair while the tests run (Note [Cheaper
         processes])."""
         if self.config.stash[resolution.SETTINGS_KEY].against:
-            from .run.pairs import start_pairs
+            from .config.role import is_controller
+            from .run.pairs import start_pairs, unasked_hooks
 
+            for said in unasked_hooks(self.config) if is_controller(self.config) else ():
+                try:
+                    warnings.warn(pytest.PytestConfigWarning(said), stacklevel=1)
+                except pytest.PytestConfigWarning:  # -W error: said as an error
+                    error = f"{said}; an error under this run's warning filters"
+                    raise pytest.UsageError(error) from None
             start_pairs(self.config, session.items)
 
     @pytest.hookimpl

@@ -156,6 +156,24 @@ def test_progress_lines_say_how_far_the_pairs_got_in_a_log(repo: Project) -> Non
     assert [line for line in quiet.outlines if "hpml: measuring" in line or " done (" in line] == []
 
 
+def test_a_judge_hook_that_head_against_base_does_not_ask_is_said(repo: Project) -> None:
+    """A conftest's judge would be passed over unsaid: --hpml-against judges on the pairs'
+    ratios, and the warning says so; without --hpml-against there is nothing to say."""
+    repo.pytester.makeconftest(
+        "def pytest_hpml_judge_metric(name, record, baseline):\n    return None\n"
+    )
+    result = repo.run("--hpml-against=HEAD", *QUICK, TIMES_UNJUDGED)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "*PytestConfigWarning: pytest_hpml_judge_metric of *conftest.py is not asked with "
+            "--hpml-against: each metric is judged on its pairs' ratios"
+        ]
+    )
+    alone = repo.run("--hpml-baseline=off", BENCH_TIME)
+    assert "is not asked with --hpml-against" not in alone.stdout.str()
+
+
 def test_a_wait_for_a_process_of_a_pair_says_what_it_waits_for(repo: Project) -> None:
     """A base whose benchmark takes long to warm up: a line after 10 s (SPEAK_AFTER)
     names the pair, the side and the stage; the run went silent for as long before."""

@@ -484,9 +484,7 @@ def test_a_change_that_a_bare_majority_of_pairs_shows_is_not_settled(
     """The base of each pair at 1x, its head at 1.42x or 1x: the code is the same, the head's
     processes landed in a slow speed. Two pairs against one had read +42% regressed (Note
     [Split pairs]); a change counts once the group holds three pairs more than the rest."""
-    pairs = [
-        (process(v * 1e-3, seed=i), process(1e-3, seed=50 + i)) for i, v in enumerate(speeds)
-    ]
+    pairs = [(process(v * 1e-3, seed=i), process(1e-3, seed=50 + i)) for i, v in enumerate(speeds)]
     result = judge_paired(pairs[0][0], pairs, threshold=0.06, looks=3)
     assert result.verdict == verdict, result
     if verdict == stats.INCONCLUSIVE:

@@ -34,3 +34,23 @@ def start_pairs(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
     tests = [item.nodeid for item in items if markers.is_benchmark(item)]
     if against is not None and duty(config).against:
         against.start_early(tests, pair_window(settings(config), len(tests)))
+
+
+# The hooks that head against base does not ask: it judges each metric on its pairs' ratios, and
+# times no reference workload beside them (Note [Head against base]).
+UNASKED = {
+    "pytest_hpml_judge_metric": "each metric is judged on its pairs' ratios",
+    "pytest_hpml_reference_workload": "no reference workload is timed beside the pairs",
+}
+
+
+def unasked_hooks(config: pytest.Config) -> list[str]:
+    """A warning for each implementation of a hook that --hpml-against does not ask, other
+    than pytest-hpml's own: a conftest's judge would otherwise be passed over unsaid."""
+    said = []
+    for hook, why in UNASKED.items():
+        for impl in getattr(config.hook, hook).get_hookimpls():
+            if getattr(impl.plugin, "__name__", "").startswith("pytest_hpml."):
+                continue
+            said.append(f"{hook} of {impl.plugin_name} is not asked with --hpml-against: {why}")
+    return said
