@@ -169,12 +169,16 @@ def counter_names(recorded: Mapping[str, Any]) -> set[str]:
 MEASURED = ("time", "instructions")
 
 
-def paid_for(verdicts: Mapping[str, Comparison], strict: bool) -> dict[str, Comparison]:
+def paid_for(
+    verdicts: Mapping[str, Comparison], strict: bool, against: bool = True
+) -> dict[str, Comparison]:
     """``verdicts`` (one test's, metric -> verdict) where, its time or instruction count
     having improved, its size counters that grew beyond SIZE_GROWTH are ``changed``, not
     failing: operators and allocations cost host time, and that was measured to fall (Note
-    [Counter policy])."""
-    faster = [m for m in MEASURED if _is(verdicts.get(m), stats.IMPROVED)]
+    [Counter policy]). A time counts only where it was measured in pairs (``against``): one
+    judged against a stored baseline may have been recorded on a busy host."""
+    measured = MEASURED if against else tuple(m for m in MEASURED if m != "time")
+    faster = [m for m in measured if _is(verdicts.get(m), stats.IMPROVED)]
     if strict or not faster:
         return dict(verdicts)
     grown = [
@@ -240,7 +244,7 @@ def control(results: Sequence[Result], strict: bool, against: bool = False) -> t
     for (result, name), verdict in zip(names, controlled):
         result.verdicts[name] = verdict
     for result in results:
-        result.verdicts = traded(paid_for(result.verdicts, strict), strict)
+        result.verdicts = traded(paid_for(result.verdicts, strict, against), strict)
     for (result, name), was in zip(names, everything):
         now = result.verdicts[name]
         if (now.verdict, now.reason) != (was.verdict, was.reason):
