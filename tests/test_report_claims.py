@@ -109,8 +109,9 @@ def test_the_rule_the_summary_states_is_built_from_the_values_the_judge_uses(
         [
             "hpml: a pair's ratio is the median over the slices its two processes measured in "
             "turns on one CPU (0.01 s each) of the ratio of their fastest samples *; the pairs "
-            "that agree (a group of more than half, where they fall 20% apart) are judged by a "
-            "t test on their log-ratios, * beyond chance at 5%, one-sided; up to 3 pairs, *"
+            "that agree (a group of more than half, where they fall 20% apart; a change counts "
+            "where it holds 3 more than the rest) are judged by a t test on their log-ratios, * "
+            "beyond chance at 5%, one-sided; up to 3 pairs, *"
         ]
     )
     # the judge's own values: the text follows them

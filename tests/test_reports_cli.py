@@ -967,8 +967,11 @@ def test_a_run_with_crafted_names_writes_none_raw(project: Project) -> None:
             lambda r: r["verdicts"]["time"].update(sides={"head": ["<b>"], "base": [1e-3]}),
             "its sides are not head's and base's positive values, paired",
         ),
+        (lambda r: r["verdicts"]["time"].update(pairs=3), "its pairs is not a list of numbers"),
+        (lambda r: r.update(uncounted="x"), "its uncounted is str, not an object"),
+        (lambda r: r.update(errors=[1]), "its errors and notes must be lists of text"),
     ],
-    ids=["verdict", "change", "nan-sample", "test-id", "sides"],
+    ids=["verdict", "change", "nan-sample", "test-id", "sides", "pairs", "uncounted", "errors"],
 )
 def test_a_report_with_a_value_of_the_wrong_shape_is_refused_in_one_line(
     tmp_path: Path, stored: Path, capsys: pytest.CaptureFixture[str], change: Any, problem: str

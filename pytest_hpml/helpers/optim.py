@@ -366,7 +366,7 @@ def _run(
                 # A copy each: an optimizer may write to its grad.
                 tensor.grad = step_grads[name].to(tensor.device, copy=True)
             side.optimizer.step()
-        found = _firstdifference(*sides, rtol, atol, compare_state)
+        found = _first_difference(*sides, rtol, atol, compare_state)
         if found:
             problem, tolerance = found
             candidate, reference = (side.optimizer for side in sides)
@@ -429,7 +429,7 @@ def _name(optimizer: torch.optim.Optimizer) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
-def _firstdifference(
+def _first_difference(
     candidate: _Side,
     reference: _Side,
     rtol: float | None,

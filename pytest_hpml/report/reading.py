@@ -77,7 +77,15 @@ def finite_or_infinite(value: Any) -> bool:
 
 
 # A verdict's numeric fields: a number or null, nothing else.
-_VERDICT_NUMBERS = ("baseline", "current", "change", "confidence", "threshold", "raw_change")
+_VERDICT_NUMBERS = (
+    "baseline",
+    "current",
+    "change",
+    "confidence",
+    "threshold",
+    "raw_change",
+    "degrees",
+)
 
 
 def _result_problem(result: dict[str, Any]) -> str | None:
@@ -108,6 +116,45 @@ def _result_problem(result: dict[str, Any]) -> str | None:
             return f"verdict {name!r}: its sides are not head's and base's positive values, paired"
         if not _before_ok(verdict.get(policy.BEFORE_CONTROL)):
             return f"verdict {name!r}: {policy.BEFORE_CONTROL} is not a verdict and its reason"
+        for key in _VERDICT_LISTS:
+            if not _numbers_or_none(verdict.get(key)):
+                return f"verdict {name!r}: its {key} is not a list of numbers"
+    return _fields_problem(result)
+
+
+# A verdict's lists (head against base): the pairs' ratios and the two intervals.
+_VERDICT_LISTS = ("pairs", "interval", "settling")
+# A result's other fields, and what each may be (absent or null as well).
+_RESULT_FIELDS: dict[str, tuple[type, ...]] = {
+    "accepted": (dict,),
+    "uncounted": (dict,),
+    "errors": (list,),
+    "notes": (list,),
+    "threshold": (int, float),
+    "work_seconds": (int, float),
+    "instruction_seconds": (int, float),
+    "instructions": (bool,),
+    "no_peak": (str,),
+}
+
+
+def _numbers_or_none(values: Any) -> bool:
+    return values is None or (isinstance(values, list) and all(map(finite_or_infinite, values)))
+
+
+def _fields_problem(result: dict[str, Any]) -> str | None:
+    """What is wrong with a result's fields besides its metrics and verdicts: read back into
+    a ``model.Result``, each must be what the plugin writes."""
+    for key, kinds in _RESULT_FIELDS.items():
+        value = result.get(key)
+        if value is not None and (
+            not isinstance(value, kinds) or isinstance(value, bool) is not (bool in kinds)
+        ):
+            return f"its {key} is {type(value).__name__}, not {_names(kinds)}"
+    if not all(
+        isinstance(e, str) for e in (*(result.get("errors") or ()), *(result.get("notes") or ()))
+    ):
+        return "its errors and notes must be lists of text"
     return None
 
 

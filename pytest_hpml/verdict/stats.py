@@ -379,7 +379,7 @@ def looks(cap: int) -> tuple[int, ...]:
     return tuple(sorted({first, *range(first, cap, LOOK_EVERY), cap}))
 
 
-FIRST_LOOK = 3  # pairs: 2 a side is the least a t test takes, and a third outvotes a split
+FIRST_LOOK = 3  # pairs: 2 a side is the least a t test takes, and a third shows a split
 LOOK_EVERY = 2  # pairs: each look adds one base and one head process to every order
 
 
