@@ -1,7 +1,7 @@
 """The input pipeline, as the lectures, the MXNet talk and the book (ch. 5) teach it: a
 ``Dataset``, a ``Sampler`` and a ``DataLoader`` whose worker processes keep the accelerator fed.
 
-Checked, with torch's real DataLoader and worker processes (``--hpml-workers``): over dataset
+Checked, with torch's real DataLoader and worker processes (``--hpml-loader-workers``): over dataset
 sizes, batch sizes, ``drop_last`` and samplers (sequential, random with and without replacement,
 subset random, weighted with and without replacement, a custom one), every epoch yields exactly
 what the sampler defines (each sample once, where it defines that), in its order, in batches of
@@ -66,7 +66,7 @@ from suites.loading import (
 from suites.models import threads
 
 # torch warns when a loader has more workers than cores: the benchmarks do so on purpose, and
-# --hpml-workers may ask for it.
+# --hpml-loader-workers may ask for it.
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
 # In-process examples cost milliseconds, so they are many; with workers every epoch forks
@@ -492,7 +492,7 @@ def pictures(tmp_path_factory: pytest.TempPathFactory) -> Pictures:
 
 
 def worker_counts(config: pytest.Config, *counts: int) -> list[int]:
-    """``counts`` and the counts ``--hpml-workers`` selects."""
+    """``counts`` and the counts ``--hpml-loader-workers`` selects."""
     return sorted({*counts, *hpml_settings(config).workers})
 
 

@@ -220,9 +220,9 @@ OPTIONS: list[Case] = [
     ),
     Case(
         "digit-of-another-script",
-        ("--hpml-workers=\u0663",),
-        r"argument --hpml-workers: unknown worker count '\u0663'; .*; '\u0663' is ARABIC-INDIC "
-        r"DIGIT THREE, not ASCII",
+        ("--hpml-loader-workers=\u0663",),
+        r"argument --hpml-loader-workers: unknown worker count '\u0663'; .*; '\u0663' is "
+        r"ARABIC-INDIC DIGIT THREE, not ASCII",
         USAGE,
     ),
     Case(

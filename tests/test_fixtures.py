@@ -226,7 +226,7 @@ def test_dist_backend_given_explicitly_is_returned_as_is(project: Project, name:
 )
 def test_num_workers_runs_once_per_count(project: Project, given: str, counts: list[int]) -> None:
     project.write_probe()
-    project.run(f"--hpml-workers={given}").assert_outcomes(passed=len(counts))
+    project.run(f"--hpml-loader-workers={given}").assert_outcomes(passed=len(counts))
     assert [r["num_workers"] for r in project.records()] == counts
 
 

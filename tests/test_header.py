@@ -14,8 +14,8 @@ def test_settings_line_shows_the_defaults_and_the_seed(project: Project) -> None
     result = project.run()
     result.stdout.fnmatch_lines(
         [
-            "hpml: device=auto precision=fp32 backend=eager dist-backend=auto workers=0 seed=0 "
-            "benchmarks=hpml threshold=6%"
+            "hpml: device=auto precision=fp32 backend=eager dist-backend=auto loader-workers=0 "
+            "seed=0 benchmarks=hpml threshold=6%"
         ]
     )
 

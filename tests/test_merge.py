@@ -158,7 +158,7 @@ def shard(p_values: dict[str, float]) -> dict[str, Any]:
         "errors": [],
         "against": None,
         "instructions": None,
-        "counters": "classes",
+        "counters": "lenient",
         "control": {"tested": tested, "demoted": demoted},
     }
 

@@ -32,7 +32,7 @@ EVERY_OPTION = {
     "precision": ("BF16,fp16,bf16", "bf16,fp16"),
     "backend": ("aot_eager,inductor:max-autotune", "aot_eager,inductor:max-autotune"),
     "dist_backend": ("GLOO", "gloo"),
-    "workers": ("0,2,2", "0,2"),
+    "loader_workers": ("0,2,2", "0,2"),
     "seed": ("1234", "1234"),
 }
 
@@ -42,7 +42,7 @@ LAYERS = {
     "precision": ("bf16", "fp16", "tf32", "fp32"),
     "backend": ("aot_eager", "inductor", "cudagraphs", "eager"),
     "dist_backend": ("gloo", "nccl", "mpi", "auto"),
-    "workers": ("1", "2", "3", "0"),
+    "loader_workers": ("1", "2", "3", "0"),
     "seed": ("7", "8", "9", "0"),
 }
 LEVELS = ("cli", "env", "ini", "default")
@@ -95,15 +95,15 @@ def config_warnings(result: pytest.RunResult) -> list[str]:
 def test_a_blank_value_is_unset_and_said_from_each_source(
     project: Project, source: str, blank: str
 ) -> None:
-    result = project.run(*project.configure(source, precision=blank, workers=blank))
+    result = project.run(*project.configure(source, precision=blank, loader_workers=blank))
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
-    assert (project.settings(result)["precision"], project.settings(result)["workers"]) == (
+    assert (project.settings(result)["precision"], project.settings(result)["loader-workers"]) == (
         "fp32",
         "0",
     )
     assert config_warnings(result) == [
         f"{named(source, 'precision')} is blank: treated as unset (default fp32)",
-        f"{named(source, 'workers')} is blank: treated as unset (default 0)",
+        f"{named(source, 'loader_workers')} is blank: treated as unset (default 0)",
     ]
 
 
@@ -168,6 +168,62 @@ def test_a_blank_value_under_warnings_as_errors_is_a_usage_error(project: Projec
         "ERROR: HPML_SEED is blank: treated as unset (default 0); an error under this run's "
         "warning filters"
     ]
+
+
+def deprecations(result: pytest.RunResult) -> list[str]:
+    """The text of each HpmlDeprecationWarning in the run's warnings summary."""
+    return [
+        line.strip() for line in re.findall(r"HpmlDeprecationWarning: (.*)", result.stdout.str())
+    ]
+
+
+def test_an_old_option_name_still_works_and_says_its_new_one(project: Project, source: str) -> None:
+    result = project.run(*project.configure(source, workers="0,2"))
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    assert project.settings(result)["loader-workers"] == "0,2"
+    old, new = named(source, "workers"), named(source, "loader_workers")
+    assert deprecations(result) == [f"{old} is deprecated; it is {new} now"]
+
+
+def test_the_new_name_beats_the_old_one_in_the_same_place_and_the_old_is_said(
+    project: Project,
+) -> None:
+    project.configure("env", workers="2", loader_workers="1")
+    result = project.run("--hpml-workers=3")  # the command line beats the environment
+    assert project.settings(result)["loader-workers"] == "3"
+    project.configure("ini", workers="4")
+    result = project.run()
+    assert project.settings(result)["loader-workers"] == "1"
+    assert deprecations(result) == [
+        "HPML_WORKERS is deprecated; it is HPML_LOADER_WORKERS now",
+        "ini hpml_workers is deprecated; it is ini hpml_loader_workers now",
+    ]
+
+
+def test_an_old_name_under_warnings_as_errors_is_a_usage_error(project: Project) -> None:
+    result = project.run("-W", "error", "--hpml-workers=2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert project.error_lines(result) == [
+        "ERROR: --hpml-workers is deprecated; it is --hpml-loader-workers now; an error under "
+        "this run's warning filters"
+    ]
+
+
+def test_the_former_counter_policy_word_still_works_and_says_its_new_one(
+    project: Project, source: str
+) -> None:
+    [opt] = [opt for opt in OPTIONS if opt.dest == "counters"]
+    result = project.run(*project.configure(source, counters="classes"))
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    where = named(source, "counters")
+    assert deprecations(result) == [f"{where}=classes is deprecated; it is {where}=lenient now"]
+    assert opt.read("classes") == "lenient"
+
+
+def test_help_shows_no_old_name(project: Project) -> None:
+    shown = project.run("--help").stdout.str()
+    assert "--hpml-loader-workers" in shown
+    assert "--hpml-workers" not in shown
 
 
 def read_from(
@@ -387,7 +443,7 @@ def test_a_long_value_is_shown_cut_short_from_every_source(
 
 # numeric options, and a value that only looks like a number: another script's digits
 LOOK_ALIKE_NUMBERS = {
-    "workers": "\u0663",  # ARABIC-INDIC DIGIT THREE, which int() reads as 3
+    "loader_workers": "\u0663",  # ARABIC-INDIC DIGIT THREE, which int() reads as 3
     "seed": "\uff11\uff12",  # FULLWIDTH DIGIT ONE, TWO: 12 to int()
     "threshold": "\uff10.05",
     "bench_time": "\uff11",
@@ -405,7 +461,7 @@ LOOK_ALIKE_NUMBERS = {
 def test_a_number_is_read_in_ascii_digits_only(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, option: str
 ) -> None:
-    """int() and float() read the digits of any script: --hpml-workers=\u0663 ran 3 workers
+    """int() and float() read the digits of any script: --hpml-loader-workers=\u0663 ran 3 workers
     and --hpml-seed=\uff11\uff12 seeded 12, while the fullwidth device was refused."""
     for name in [n for n in os.environ if n.startswith("HPML_")]:
         monkeypatch.delenv(name)
@@ -467,8 +523,8 @@ def test_every_variable_pytest_hpml_sets_for_its_processes_is_exempt_as_internal
         ),
         (
             "tool.pytest.ini_options",
-            "hpml_workers = [0, 2]",
-            ("ini hpml_workers = [0, 2] (", '; write hpml_workers = "0,2"'),
+            "hpml_loader_workers = [0, 2]",
+            ("ini hpml_loader_workers = [0, 2] (", '; write hpml_loader_workers = "0,2"'),
         ),
         (
             "tool.pytest",  # pytest 9's own table, whose values keep their TOML types

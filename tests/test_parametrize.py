@@ -36,7 +36,7 @@ def test_ids_keep_a_fixed_order_whatever_the_argument_order(project: Project) ->
             pass
         """
     )
-    result = project.run("--hpml-device=cpu", "--hpml-workers=0,2", "--collect-only", "-q")
+    result = project.run("--hpml-device=cpu", "--hpml-loader-workers=0,2", "--collect-only", "-q")
     result.stdout.fnmatch_lines(
         [
             "test_inner.py::test_all[[]cpu-fp32-eager-workers0[]]",
@@ -162,7 +162,7 @@ def test_a_tests_own_values_are_read_as_the_options_read_them(
     project: Project, cpu_machine: None
 ) -> None:
     """What an option accepts, a test's own parameter may give, in any form the option or the
-    fixture itself gives: "FP16" and "auto" read as --hpml-precision and --hpml-workers read
+    fixture itself gives: "FP16" and "auto" read as --hpml-precision and --hpml-loader-workers read
     them, a torch.device or a CompileBackend as it prints."""
     project.write_tests(INDIRECT_GOOD)
     project.run().assert_outcomes(passed=8)

@@ -58,10 +58,19 @@ class Option(NamedTuple):
     needs: str = ""  # the option (its dest) without which this one would be ignored
     opts_in: bool = False  # giving it turns pytest-hpml's benchmarks on (Note [Opting in])
     stored_only: bool = False  # only stored baselines read it (Note [Unread options])
+    # the name it had before 0.1, read until 0.2 with a deprecation warning (Note [Renamed])
+    old: str = ""
 
     @property
     def cli(self) -> str:
         return f"--hpml-{self.name}"
+
+    @property
+    def former(self) -> Option | None:
+        """This option under its old name (its value in ``hpml_old_DEST``), None if it has none."""
+        if not self.old:
+            return None
+        return self._replace(name=self.old, dest=f"old_{self.dest}", old="")
 
     @property
     def ini(self) -> str:
@@ -164,14 +173,15 @@ OPTIONS: tuple[Option, ...] = (
         summary="most ranks a distributed test may start",
     ),
     Option(
-        "workers",
-        "workers",
+        "loader-workers",
+        "loader_workers",
         "DataLoader worker count(s) for the num_workers fixture, a comma list; auto picks one "
         "per CPU this process may use (at most 8)",
         parse_workers,
         "0",
         "COUNTS",
         summary="DataLoader worker counts to test, or auto",
+        old="workers",
     ),
     Option(
         "seed",
@@ -353,14 +363,14 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "counters",
         "counters",
-        "which grown work counters fail a judging run: classes (host syncs, copies between "
+        "which grown work counters fail a judging run: lenient (host syncs, copies between "
         "devices, host tensors and FLOPs on any increase; operators, allocations, saved "
         "tensors and instruction counts only beyond 5 percent, else shown as changed; views "
         "never: Note [Counter policy]) or strict (any increase fails)",
         parse_counter_policy,
-        "classes",
+        "lenient",
         "POLICY",
-        summary="counters that fail: classes, strict",
+        summary="counters that fail: lenient, strict",
         opts_in=True,
     ),
     Option(
@@ -457,31 +467,36 @@ GROUP = "pytest-hpml (each option is also an hpml_* ini key and an HPML_* variab
 
 def register(parser: pytest.Parser) -> None:
     """Add every option to the ``hpml`` group, with its one-line summary and default, and its
-    ini key, whose help points to the option."""
+    ini key, whose help points to the option; an old name without a help line."""
     group = parser.getgroup("hpml", GROUP)
     for opt in OPTIONS:
         # a flag's default is off; a value's default is shown
         shown = (
             opt.summary if opt.flag or not opt.default else f"{opt.summary} (default {opt.default})"
         )
-        if opt.flag:
-            group.addoption(
-                opt.cli,
-                action="store_true",
-                default=None,
-                dest=f"hpml_{opt.dest}",
-                help=shown,
-            )
-            parser.addini(opt.ini, f"see {opt.cli}", type="bool", default=None)
-        else:
-            bare = {"nargs": "?", "const": opt.read(opt.bare)} if opt.bare else {}
-            group.addoption(
-                opt.cli,
-                type=opt.read,  # the parser of every source: a blank value is BLANK
-                default=None,
-                dest=f"hpml_{opt.dest}",
-                metavar=opt.metavar,
-                help=shown,
-                **bare,
-            )
-            parser.addini(opt.ini, f"see {opt.cli}", default=None)
+        _add(parser, group, opt, shown, f"see {opt.cli}")
+        if opt.former is not None:  # the new name's help line is the one to learn
+            _add(parser, group, opt.former, argparse.SUPPRESS, f"deprecated: see {opt.cli}")
+
+
+def _add(
+    parser: pytest.Parser, group: pytest.OptionGroup, opt: Option, shown: str, ini_help: str
+) -> None:
+    """``opt``'s command-line option, with ``shown`` as its help, and its ini key."""
+    if opt.flag:
+        group.addoption(
+            opt.cli, action="store_true", default=None, dest=f"hpml_{opt.dest}", help=shown
+        )
+        parser.addini(opt.ini, ini_help, type="bool", default=None)
+        return
+    bare = {"nargs": "?", "const": opt.read(opt.bare)} if opt.bare else {}
+    group.addoption(
+        opt.cli,
+        type=opt.read,  # the parser of every source: a blank value is BLANK
+        default=None,
+        dest=f"hpml_{opt.dest}",
+        metavar=opt.metavar,
+        help=shown,
+        **bare,
+    )
+    parser.addini(opt.ini, ini_help, default=None)

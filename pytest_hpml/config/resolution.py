@@ -22,6 +22,7 @@ from .options import OPTIONS, Option
 from .values import (
     BLANK,
     INTERNAL_PREFIXES,
+    Former,
     given,
 )
 
@@ -35,7 +36,7 @@ class Settings(NamedTuple):
     dist_backend: str
     dist_timeout: float
     max_ranks: int | None  # None: auto
-    workers: tuple[int, ...]
+    loader_workers: tuple[int, ...]
     seed: int
     benchmarks: bool
     baseline: str
@@ -75,17 +76,21 @@ def _from(opt: Option, source: str, raw: Any) -> Any:
 
 def values_given(config: pytest.Config, opt: Option) -> Iterator[tuple[str, Any]]:
     """Each value ``opt`` is given, highest precedence first, as (source, value read): BLANK
-    for an empty or blank one."""
-    cli = config.getoption(f"hpml_{opt.dest}")  # read by argparse already
-    if cli is not None:
-        yield opt.cli, cli
-    env = os.environ.get(opt.env)
-    if env is not None:
-        yield opt.env, _from(opt, given(opt.env, env.strip()), env)
-    ini = _ini(config, opt)
-    if ini is not None:
-        where = f"{given(f'ini {opt.ini}', ini)} ({config.inipath})"
-        yield f"ini {opt.ini}", _from(opt, where, ini)
+    for an empty or blank one. In each place its new name comes before its old one."""
+    names = (opt,) if opt.former is None else (opt, opt.former)
+    for named in names:
+        cli = config.getoption(f"hpml_{named.dest}")  # read by argparse already
+        if cli is not None:
+            yield named.cli, cli
+    for named in names:
+        env = os.environ.get(named.env)
+        if env is not None:
+            yield named.env, _from(opt, given(named.env, env.strip()), env)
+    for named in names:
+        ini = _ini(config, named)
+        if ini is not None:
+            where = f"{given(f'ini {named.ini}', ini)} ({config.inipath})"
+            yield f"ini {named.ini}", _from(opt, where, ini)
 
 
 def _ini(config: pytest.Config, opt: Option) -> Any:
@@ -156,7 +161,16 @@ def resolve(config: pytest.Config) -> Settings:
     blanks: dict[str, list[str]] = {}
     for opt in OPTIONS:
         values[opt.dest], sources[opt.dest] = opt.parse(opt.default), "default"
+        _say_deprecated(config, opt)
         for source, value in values_given(config, opt):
+            if isinstance(value, Former):  # a value's former word (Note [Renamed])
+                word = f"{source}={value.old}"
+                say(
+                    config,
+                    f"{word} is deprecated; it is {source}={value} now",
+                    HpmlDeprecationWarning,
+                )
+                value = str(value)
             if value == BLANK:
                 blanks.setdefault(opt.dest, []).append(source)
             else:
@@ -177,11 +191,27 @@ def resolve(config: pytest.Config) -> Settings:
     return Settings(**values, sources=sources)
 
 
+def _say_deprecated(config: pytest.Config, opt: Option) -> None:
+    """A deprecation warning for each place that gives ``opt`` by its old name, whether or not
+    that value applies (Note [Renamed]): it still works until 0.2."""
+    former = opt.former
+    if former is None:
+        return
+    places = (
+        (former.cli, opt.cli, config.getoption(f"hpml_{former.dest}") is not None),
+        (former.env, opt.env, former.env in os.environ),
+        (f"ini {former.ini}", f"ini {opt.ini}", _ini(config, former) is not None),
+    )
+    for old, new, present in places:
+        if present:
+            say(config, f"{old} is deprecated; it is {new} now", HpmlDeprecationWarning)
+
+
 def _unknown_variables(environ: Mapping[str, str]) -> list[str]:
     """What to say of each ``HPML_*`` variable that is no option (``HPML_TRESHOLD``): ignored,
     and the option it may stand for. pytest says the same of an unknown ini key; the internal
     variables (:data:`INTERNAL_PREFIXES`) are no user's."""
-    known = sorted(opt.env for opt in OPTIONS)
+    known = sorted(named.env for opt in OPTIONS for named in (opt, opt.former) if named)
     said = []
     for name in sorted(environ):
         if not name.startswith("HPML_") or name in known or name.startswith(INTERNAL_PREFIXES):
@@ -200,12 +230,20 @@ def _instead(opt: Option, sources: dict[str, str]) -> str:
     return f"default {opt.default}" if opt.default else "default: none"
 
 
-def say(config: pytest.Config, message: str) -> None:
+class HpmlDeprecationWarning(pytest.PytestWarning, DeprecationWarning):
+    """An option or value of pytest-hpml that still works and goes in its next release."""
+
+
+def say(
+    config: pytest.Config,
+    message: str,
+    category: type[pytest.PytestWarning] = pytest.PytestConfigWarning,
+) -> None:
     """A warning at configure time, in the warnings summary; a usage error where the run's
     -W or filterwarnings turn warnings into errors (else pytest shows an INTERNALERROR)."""
     try:
-        config.issue_config_time_warning(pytest.PytestConfigWarning(message), stacklevel=2)
-    except pytest.PytestConfigWarning:
+        config.issue_config_time_warning(category(message), stacklevel=2)
+    except category:
         raise pytest.UsageError(f"{message}; an error under this run's warning filters") from None
 
 

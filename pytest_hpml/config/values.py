@@ -17,7 +17,9 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 MAX_AUTO_WORKERS = 8
 MAX_WORKERS = 256  # more DataLoader workers than this is a typo, not a plan
 BASELINE_MODES = ("compare", "update", "append", "off")
-COUNTER_POLICIES = ("classes", "strict")  # Note [Counter policy]
+COUNTER_POLICIES = ("lenient", "strict")  # Note [Counter policy]
+# Values renamed in 0.1, read until 0.2 with a deprecation warning: old word -> new one.
+FORMER_COUNTER_POLICIES = {"classes": "lenient"}
 
 MAX_THREADS = 1024  # see parse_threads
 MAX_RANKS = 4096  # see parse_max_ranks
@@ -186,9 +188,23 @@ def parse_baseline_mode(value: str) -> str:
     return value
 
 
+class Former(str):
+    """A value given by its former word (``classes``): the new word, with the old one kept so
+    that resolution can warn that it is deprecated."""
+
+    old: str
+
+    def __new__(cls, new: str, old: str) -> Former:
+        value = super().__new__(cls, new)
+        value.old = old
+        return value
+
+
 def parse_counter_policy(value: str) -> str:
-    """classes or strict."""
+    """lenient or strict (``classes``, the former word for lenient, as a :class:`Former`)."""
     value = value.strip().lower()
+    if value in FORMER_COUNTER_POLICIES:
+        return Former(FORMER_COUNTER_POLICIES[value], value)
     if value not in COUNTER_POLICIES:
         raise _bad("counter policy", value, ", ".join(COUNTER_POLICIES))
     return value

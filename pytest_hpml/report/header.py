@@ -15,7 +15,7 @@ def settings_line(settings: Settings) -> str:
     return (
         f"hpml: device={','.join(settings.devices)} precision={','.join(settings.precisions)} "
         f"backend={','.join(settings.backends)} dist-backend={settings.dist_backend} "
-        f"workers={','.join(map(str, settings.workers))} seed={settings.seed} "
+        f"loader-workers={','.join(map(str, settings.loader_workers))} seed={settings.seed} "
         + (
             f"benchmarks=hpml threshold={settings.threshold * 100:g}%"
             if settings.benchmarks
