@@ -141,6 +141,17 @@ def _default(opt: Any) -> str:
     return code(opt.default) if opt.default != "" else "(unset)"
 
 
+def _meaning(opt: Any) -> str:
+    """The option's help, and its old name where it was renamed (Note [Renamed])."""
+    if opt.former is None:
+        return opt.help
+    old = opt.former
+    return (
+        f"{opt.help}. Formerly ``{old.cli}`` (ini ``{old.ini}``, ``{old.env}``), read until 0.2 "
+        "with a deprecation warning (Note [Renamed])"
+    )
+
+
 def options_table(names: Sequence[str] | None = None, page_dir: str = "") -> str:
     """option | ini key | environment variable | default | meaning, from ``OPTIONS``."""
     by_name = {opt.name: opt for opt in _options().OPTIONS}
@@ -149,7 +160,8 @@ def options_table(names: Sequence[str] | None = None, page_dir: str = "") -> str
         raise PlaceholderError(f"no option {', '.join(unknown)}; options: {', '.join(by_name)}")
     chosen = [by_name[n] for n in names] if names else list(by_name.values())
     rows = (
-        [code(o.cli), code(o.ini), code(o.env), _default(o), cell(o.help, page_dir)] for o in chosen
+        [code(o.cli), code(o.ini), code(o.env), _default(o), cell(_meaning(o), page_dir)]
+        for o in chosen
     )
     return table(["option", "ini key", "environment variable", "default", "meaning"], rows)
 

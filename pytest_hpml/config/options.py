@@ -366,7 +366,8 @@ OPTIONS: tuple[Option, ...] = (
         "which grown work counters fail a judging run: lenient (host syncs, copies between "
         "devices, host tensors and FLOPs on any increase; operators, allocations, saved "
         "tensors and instruction counts only beyond 5 percent, else shown as changed; views "
-        "never: Note [Counter policy]) or strict (any increase fails)",
+        "never: Note [Counter policy]) or strict (any increase fails); classes, lenient's "
+        "former word, is read until 0.2 with a deprecation warning",
         parse_counter_policy,
         "lenient",
         "POLICY",
