@@ -484,20 +484,13 @@ def _add(
     parser: pytest.Parser, group: pytest.OptionGroup, opt: Option, shown: str, ini_help: str
 ) -> None:
     """``opt``'s command-line option, with ``shown`` as its help, and its ini key."""
+    dest = f"hpml_{opt.dest}"
     if opt.flag:
-        group.addoption(
-            opt.cli, action="store_true", default=None, dest=f"hpml_{opt.dest}", help=shown
-        )
+        group.addoption(opt.cli, action="store_true", default=None, dest=dest, help=shown)
         parser.addini(opt.ini, ini_help, type="bool", default=None)
         return
     bare = {"nargs": "?", "const": opt.read(opt.bare)} if opt.bare else {}
-    group.addoption(
-        opt.cli,
-        type=opt.read,  # the parser of every source: a blank value is BLANK
-        default=None,
-        dest=f"hpml_{opt.dest}",
-        metavar=opt.metavar,
-        help=shown,
-        **bare,
+    group.addoption(  # opt.read parses every source's value: a blank one is BLANK
+        opt.cli, type=opt.read, default=None, dest=dest, metavar=opt.metavar, help=shown, **bare
     )
     parser.addini(opt.ini, ini_help, default=None)

@@ -232,7 +232,8 @@ class Block:
 
 _TABLE_HEAD = "| " + " | ".join(MARKDOWN_COLUMNS) + " |"
 _TABLE_RULE = "|" + "---|" * len(MARKDOWN_COLUMNS)
-NEEDS_A_LOOK = (stats.REGRESSED, stats.ACCEPTED, stats.IMPROVED, stats.INCONCLUSIVE, stats.CHANGED)
+# The verdicts a reviewer reads first, above the rest (a "look" is the pairs' interim analysis).
+TO_READ = (stats.REGRESSED, stats.ACCEPTED, stats.IMPROVED, stats.INCONCLUSIVE, stats.CHANGED)
 
 
 def markdown(document: dict[str, Any], full_report: str | Path | None = None) -> str:
@@ -367,9 +368,9 @@ def _blocks(document: dict[str, Any]) -> list[Block]:
     if len(table) <= OPEN_ROWS:
         blocks = [errors, Block("Verdicts", table, table=True), *extra]
     else:
-        looks = tuple(line for row, line in zip(found, table) if row["verdict"] in NEEDS_A_LOOK)
-        title = f"Regressed, accepted, improved, inconclusive or changed: {len(looks):,}"
-        notable = Block(title, looks, table=True, collapsed=len(looks) > OPEN_ROWS)
+        to_read = tuple(line for row, line in zip(found, table) if row["verdict"] in TO_READ)
+        title = f"Regressed, accepted, improved, inconclusive or changed: {len(to_read):,}"
+        notable = Block(title, to_read, table=True, collapsed=len(to_read) > OPEN_ROWS)
         everything = Block(f"All {len(table):,} verdicts", table, table=True, collapsed=True)
         blocks = [errors, notable, *extra, everything]
     return [b for b in blocks if b.lines]
