@@ -493,7 +493,7 @@ def pictures(tmp_path_factory: pytest.TempPathFactory) -> Pictures:
 
 def worker_counts(config: pytest.Config, *counts: int) -> list[int]:
     """``counts`` and the counts ``--hpml-loader-workers`` selects."""
-    return sorted({*counts, *hpml_settings(config).workers})
+    return sorted({*counts, *hpml_settings(config).loader_workers})
 
 
 def one_thread_epoch(
