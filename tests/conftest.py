@@ -253,8 +253,9 @@ class Project:
         lines = result.outlines
         starts = [i for i, line in enumerate(lines) if re.fullmatch(r"=+ hpml benchmarks =+", line)]
         assert len(starts) == 1, result.stdout.str()
+        heads = [i for i, line in enumerate(lines) if re.match(r"test +metric +baseline ", line)]
         table = {}
-        for line in lines[starts[0] + 2 :]:  # after the column names
+        for line in lines[heads[0] + 1 :] if heads else ():  # after the column names
             if line.startswith("hpml:"):
                 break
             cells = re.split(r" {2,}", line.strip())  # columns are 2 spaces apart

@@ -95,8 +95,8 @@ def test_a_slower_working_tree_regresses_against_its_commit(repo: Project) -> No
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
-            "hpml: 2 regressed; against: base * (HEAD; Python *) vs head * + changes (Python *), "
-            "3 pairs",
+            "hpml: 2 of 2 benchmarks regressed",
+            "hpml: against: base * (HEAD; Python *) vs head * + changes (Python *), 3 pairs",
             "hpml: 3 pair(s) of processes, base and head alternating (they took * s); every "
             "verdict settled after 3 of at most 7 pairs",
         ]
@@ -611,7 +611,10 @@ def test_a_branch_name_is_a_revision(repo: Project) -> None:
     result = repo.run("--hpml-against=before", *QUICK, "-k", "counted")
     assert table_verdicts(repo, result) == {"test_counted": "regressed"}
     result.stdout.fnmatch_lines(
-        ["hpml: 1 regressed; against: base * (before; Python *) vs head * (Python *), 3 pairs"]
+        [
+            "hpml: 1 of 1 benchmark regressed",
+            "hpml: against: base * (before; Python *) vs head * (Python *), 3 pairs",
+        ]
     )
 
 
@@ -1106,7 +1109,7 @@ def test_two_more_views_pass_where_two_more_kernels_fail(project: Project, extra
         assert (views["verdict"], views["current"] - views["baseline"]) == ("changed", 2), views
         assert "aten::select: 0 -> 1 per call" in views["reason"]
         result.stdout.fnmatch_lines(
-            ["hpml: changed (not failing) test_inner.py::test_call views: *"]
+            ["hpml: changed (not failing) test_inner.py::test_call", "  views: *"]
         )
     else:
         assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()

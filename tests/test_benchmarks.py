@@ -82,7 +82,7 @@ def test_recorded_benchmark_is_compared_by_default_on_the_next_run(recorded: Pro
     # is this test's claim; the verdicts on known changes are the tests below.
     assert recorded.verdicts(result)[WORK_TIME] != "no-baseline"
     assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
-    result.stdout.fnmatch_lines(["hpml: 1 * baselines: * (compare)"])
+    result.stdout.fnmatch_lines(["hpml: baselines: * (compare)", "hpml: metrics: 1 *"])
 
 
 def test_without_a_baseline_the_verdict_is_no_baseline_and_nothing_is_written(
@@ -103,10 +103,12 @@ def test_fifty_times_the_work_regresses_and_fails_the_session(recorded: Project)
     result.assert_outcomes(passed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert recorded.verdicts(result) == {WORK_TIME: "regressed"}
-    [line] = [line for line in result.outlines if line.startswith("hpml: REGRESSED")]
+    [at] = [i for i, line in enumerate(result.outlines) if line.startswith("hpml: REGRESSED")]
+    assert result.outlines[at] == "hpml: REGRESSED test_inner.py::test_work"
+    line = result.outlines[at + 1]
     value = r"[\d.]+ (s|ms|us|ns)"
     assert re.fullmatch(
-        rf"hpml: REGRESSED test_inner.py::test_work time: {value} -> {value}, raw \+\d+\.\d%, "
+        rf"  time: {value} -> {value}, raw \+\d+\.\d%, "
         r"change \+\d+\.\d% in reference units, confidence \d+\.\d%, threshold 60%",
         line,
     ), line
@@ -155,7 +157,7 @@ def test_update_mode_never_fails_for_a_regression_and_records_the_new_times(
     # recording judges nothing: no REGRESSED line, the summary and the exit code agree
     assert recorded.verdicts(result) == {WORK_TIME: "recorded"}
     assert "REGRESSED" not in result.stdout.str()
-    result.stdout.fnmatch_lines(["hpml: 1 recorded; baselines: * (update)"])
+    result.stdout.fnmatch_lines(["hpml: baselines: * (update)", "hpml: metrics: 1 recorded"])
     assert recorded.stored("machine")["test_inner.py::test_work"]["time"]["samples"] != before
 
 
@@ -216,7 +218,7 @@ def test_pytest_last_line_counts_the_regression_in_red(project: Project) -> None
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     last = result.outlines[-1]
     assert "2 passed" in last
-    assert "2 regressed" in last
+    assert "2 benchmarks regressed" in last  # benchmarks, not their metrics
     assert last.startswith("\x1b[31m")  # red, as a failed test makes it, not green
     project.monkeypatch.delenv("COUNT")
     result = project.run("--color=yes")

@@ -168,7 +168,7 @@ def test_a_planted_change_is_caught_and_attributed_to_its_function(project: Proj
     assert compared.ret == pytest.ExitCode.TESTS_FAILED
     assert "under valgrind:" not in compared.stdout.str()  # no test failed there
     compared.stdout.fnmatch_lines(
-        ["hpml: REGRESSED test_inner.py::test_more_python_work instructions: *, threshold 1%"]
+        ["hpml: REGRESSED test_inner.py::test_more_python_work", "  instructions: *, threshold 1%"]
     )
 
 

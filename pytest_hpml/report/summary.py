@@ -24,17 +24,27 @@ from . import files, history, text
 
 
 def last_line(verdicts: Verdicts) -> dict[str, list[pytest.TestReport]]:
-    """What fails the session, as pytest's last line counts it (the hpml summary's counts):
-    failed reports that other plugins reading pytest's tallies can take for what they are."""
-    regressed = verdicts.regressed if verdicts.judging else []
+    """What fails the session, as pytest's last line counts it: one failed report per
+    benchmark that regressed (not per metric), which other plugins reading pytest's tallies
+    can take for what it is; and the errors."""
+    regressed = [
+        r for r in verdicts.results if verdicts.judging and text.worst_verdict(r) == stats.REGRESSED
+    ]
     errors = verdicts.errors
     return {
-        "regressed": [
-            _failure(test, f"{name} regressed: {text.describe(v, verdicts.unit(test, name))}")
-            for test, name, v in regressed
+        "benchmark regressed" if len(regressed) == 1 else "benchmarks regressed": [
+            _failure(r.test, "regressed: " + "; ".join(_regressions(r))) for r in regressed
         ],
         "hpml error" if len(errors) == 1 else "hpml errors": [_failure("", e) for e in errors],
     }
+
+
+def _regressions(result: Result) -> list[str]:
+    return [
+        f"{name}: {text.describe(v, result.metrics[name]['unit'])}"
+        for name, v in sorted(result.verdicts.items())
+        if v.verdict == stats.REGRESSED
+    ]
 
 
 def _failure(test: str, message: str) -> pytest.TestReport:
@@ -148,6 +158,21 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
     reporter = Shown(reporter)  # the one way out to the terminal: the helpers below get it
     results = verdicts.results
     reporter.write_sep("=", "hpml benchmarks")
+    failing = verdicts.judging and any(text.worst_verdict(r) == stats.REGRESSED for r in results)
+    colour = "red" if failing or verdicts.errors else "green"
+    answer = text.answer(results if verdicts.judging else [], len(verdicts.errors))
+    if verdicts.judging or verdicts.errors:
+        reporter.write_line(f"hpml: {answer}", **{colour: True})
+    block = _against(verdicts)
+    if block is not None:
+        reporter.write_line(f"hpml: against: {text.sides(block)}")
+        reporter.write_line(f"hpml: {text.differs(block)}")
+    else:
+        reporter.write_line(f"hpml: baselines: {verdicts.directory} ({verdicts.duty.baseline})")
+    for heading, lines, colour in text.blocks(results) if verdicts.judging else ():
+        reporter.write_line(f"hpml: {heading}", **{colour: True})
+        for line in lines:
+            reporter.write_line(line)
     fold = verdicts.config.get_verbosity() < 1
     for line in text.table(results, fold=fold) if results else ():
         reporter.write_line(line)
@@ -169,20 +194,8 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
             reporter.write_line(f"  {line}")
     summary = ", ".join(f"{n} {v}" for v, n in text.counts(results).items())
     against = verdicts.against
-    block = _against(verdicts)
-    judged_by = (
-        f"against: {text.sides(block)}"
-        if block is not None
-        else f"baselines: {verdicts.directory} ({verdicts.duty.baseline})"
-    )
-    reporter.write_line(f"hpml: {summary or 'no metrics'}; {judged_by}")
-    if block is not None:
-        reporter.write_line(f"hpml: {text.differs(block)}")
-    for verdict, label, colour in SPELLED_OUT:
-        for test, name, v in verdicts.having(verdict):
-            line = f"hpml: {label} {test} {name}: {text.describe(v, verdicts.unit(test, name))}"
-            reporter.write_line(line, **{colour: True})
-    improved = sorted({r.test for r in results if _has(r, stats.IMPROVED)})
+    reporter.write_line(f"hpml: metrics: {summary or 'none'}")
+    improved = sorted({r.test for r in results if text.has(r, stats.IMPROVED)})
     if improved and against is None:
         reporter.write_line(
             "hpml: improved; refresh their baselines with: pytest --hpml-baseline=update "
@@ -234,15 +247,6 @@ def _unreached(reporter: Any, verdicts: Verdicts) -> None:
         "compare on a dedicated runner; counts were judged all the same",
         yellow=True,
     )
-
-
-# Verdicts given a line each in the summary, with what they mean for the run: a regression
-# fails it; an accepted change or a grown count that its class allows does not, but is shown.
-SPELLED_OUT = (
-    (stats.REGRESSED, "REGRESSED", "red"),
-    (stats.ACCEPTED, "accepted (not failing)", "yellow"),
-    (stats.CHANGED, "changed (not failing)", "yellow"),
-)
 
 
 def _instructions(reporter: Any, verdicts: Verdicts) -> None:
@@ -372,10 +376,6 @@ def _some(tests: list[str], of: int, shown: int = 5) -> str:
         return f"all {of}"
     more = f" and {len(tests) - shown} more" if len(tests) > shown else ""
     return ", ".join(tests[:shown]) + more
-
-
-def _has(result: Result, verdict: str) -> bool:
-    return any(v.verdict == verdict for v in result.verdicts.values())
 
 
 def _let_go(verdicts: Any) -> set[str]:

@@ -180,6 +180,102 @@ def counts(results: Sequence[Result]) -> dict[str, int]:
     return {k: n for k, n in found.items() if n}
 
 
+def answer(results: Sequence[Result], errors: int = 0) -> str:
+    """The summary's first line: how many benchmarks regressed, or that none of them did, then
+    how many more need a reader (changed, accepted, inconclusive) and the errors."""
+    regressed = _with(results, stats.REGRESSED)
+    total = len(results)
+    if not total:
+        said = "no benchmark measured"
+    elif regressed:
+        said = f"{regressed} of {_benchmarks(total)} regressed"
+    else:
+        said = f"no regression in {_benchmarks(total)}"
+    more = [
+        f"{n} {verdict}"
+        for verdict in (stats.CHANGED, stats.ACCEPTED, stats.INCONCLUSIVE, stats.IMPROVED)
+        for n in [_with(results, verdict, worst=True)]
+        if n
+    ]
+    if errors:
+        more.append(f"{errors} error{'s' if errors > 1 else ''}")
+    return "; ".join([said, ", ".join(more)] if more else [said])
+
+
+def _benchmarks(count: int) -> str:
+    return f"{count} benchmark{'' if count == 1 else 's'}"
+
+
+# A benchmark's verdicts by how much they ask of a reader: it is counted, and its block headed,
+# by the first of these it has.
+WORST_FIRST = (
+    stats.REGRESSED,
+    stats.CHANGED,
+    stats.ACCEPTED,
+    stats.INCONCLUSIVE,
+    stats.IMPROVED,
+)
+
+
+def _with(results: Sequence[Result], verdict: str, worst: bool = False) -> int:
+    """How many benchmarks have ``verdict``; with ``worst``, as their worst verdict."""
+    return sum(worst_verdict(r) == verdict if worst else has(r, verdict) for r in results)
+
+
+def has(result: Result, verdict: str) -> bool:
+    return any(v.verdict == verdict for v in result.verdicts.values())
+
+
+def worst_verdict(result: Result) -> str | None:
+    """The first of :data:`WORST_FIRST` that ``result`` has; None where it has none."""
+    return next((v for v in WORST_FIRST if has(result, v)), None)
+
+
+# The verdicts a benchmark's block spells out, with how the block is headed and coloured: a
+# regression fails the run; an accepted change or a grown count its class allows does not.
+SPELLED_OUT = {
+    stats.REGRESSED: ("REGRESSED", "red"),
+    stats.CHANGED: ("changed (not failing)", "yellow"),
+    stats.ACCEPTED: ("accepted (not failing)", "yellow"),
+}
+
+
+def blocks(results: Sequence[Result]) -> list[tuple[str, list[str], str]]:
+    """One block per benchmark with a verdict :data:`SPELLED_OUT`: its heading line, one line
+    per such metric (the counters, which name the cause, before the times), and its colour."""
+    out = []
+    for result in results:
+        shown = [(n, v) for n, v in result.verdicts.items() if v.verdict in SPELLED_OUT]
+        if not shown:
+            continue
+        worst = next(v for v in SPELLED_OUT if any(c.verdict == v for _, c in shown))
+        label, colour = SPELLED_OUT[worst]
+        rank = list(SPELLED_OUT)
+        shown.sort(key=lambda f: (rank.index(f[1].verdict), not is_work_counter(f[0]), f[0]))
+        lines = []
+        for name, verdict in shown:
+            also = "" if verdict.verdict == worst else f" ({verdict.verdict})"
+            said = describe(verdict, result.metrics[name]["unit"])
+            cause = _cause(verdict.reason, counter=is_work_counter(name))
+            lines.append(f"  {name}{also}: {said}{f'; {cause}' if cause else ''}")
+        out.append((f"{label} {result.test}", lines, colour))
+    return out
+
+
+def _cause(reason: str, counter: bool) -> str:
+    """What a reason says changed, for a counter: the operator that moved most, and the lines
+    of its syncs, copies or host tensors; and for any metric, who accepted the change and why.
+    The rest of the reason is the method, which the table shows."""
+    clauses = reason.split("; ")
+    kept = [
+        c
+        for i, c in enumerate(clauses)
+        if (counter and ((i == 0 and " -> " in c) or c.startswith("where: ")))
+        or c.startswith("accepted by ")
+    ]
+    return "; ".join(kept)
+
+
 def headline(found: dict[str, int]) -> str:
     """'2 regression(s)' or 'no regression', from :func:`counts`."""
     bad = found.get(stats.REGRESSED, 0)

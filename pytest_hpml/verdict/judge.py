@@ -221,14 +221,28 @@ def explain(current: Mapping[str, Any], stored: Mapping[str, Any]) -> str:
         parts = [*parts[:EXPLAINED], f"{len(parts) - EXPLAINED} more"]
     if now.get(OTHERS, 0) != then.get(OTHERS, 0):
         parts.append(f"{OTHERS}: {then.get(OTHERS, 0):,} -> {now.get(OTHERS, 0):,} per call")
-    sites = [
-        f"{name} at {line}"
-        for name, lines in (current.get("sites") or {}).items()
-        for line in lines
-    ]
+    sites = _sites(current, stored)
     if sites:
         parts.append("where: " + ", ".join(sites[:EXPLAINED]))
     return "; ".join(parts)
+
+
+def _sites(current: Mapping[str, Any], stored: Mapping[str, Any]) -> list[str]:
+    """This run's syncs, copies or host tensors by line: where the other side's details were
+    kept, each marked new or kept, the new ones first (a line that was there before is no
+    cause of the change)."""
+    before = stored.get("sites") or {}
+    known = bool(stored.get("ops") or stored.get("by"))  # details kept: no sites means none
+    found = [
+        (known and line in before.get(name, ()), f"{name} at {line}")
+        for name, lines in (current.get("sites") or {}).items()
+        for line in lines
+    ]
+    if not known:
+        return [site for _, site in found]
+    return [
+        f"{site} ({'kept' if kept else 'new'})" for kept, site in sorted(found, key=lambda f: f[0])
+    ]
 
 
 def _count(counts: Mapping[str, int], name: str) -> int:
