@@ -134,6 +134,17 @@ def uncaptured(config: pytest.Config) -> Any:
 # --------------------------------------------------------------------------- pytest-benchmark
 
 
+def hide_benchmark_table(config: pytest.Config) -> bool:
+    """Keep pytest-benchmark from printing its table, which its session's ``display`` leaves
+    out where ``quiet`` is set (4.0 to 5.x); whether it had one to print."""
+    session = getattr(config, "_benchmarksession", None)
+    if session is None:
+        return False
+    _require(session, "quiet", "pytest-benchmark", PYTEST_BENCHMARK)
+    session.quiet = True
+    return bool(getattr(session, "groups", None))
+
+
 def benchmark_fixture_class() -> type:
     from pytest_benchmark.fixture import BenchmarkFixture
 

@@ -99,7 +99,7 @@ def test_bisect_names_the_commit_that_added_a_host_sync(
     assert found[0] == f"first commit where syncs changed: {shas[SYNC_FROM - 1]} revision 11"
     assert found[1].startswith("  syncs regressed: 0 -> 1, ")
     assert found[1].endswith(
-        "item: 0 -> 1 per call; where: aten::_local_scalar_dense at steps.py:15"
+        "item: 0 -> 1 per call; where: aten::_local_scalar_dense at steps.py:15 (new)"
     )
     assert found[2].startswith(f"bisect: {COMMITS - 1} commits searched in ")
     assert worktrees(project.path) == [str(project.path)]

@@ -276,3 +276,19 @@ def test_counts_are_judged_under_xdist(steps: Project) -> None:
     result.stdout.fnmatch_lines(["hpml: times were not measured: under pytest-xdist*"])
     verdict = judged(steps)[(TRAIN, "syncs")]
     assert "aten::_local_scalar_dense at steps.py:" in str(verdict["reason"])
+
+
+def test_a_sync_line_is_named_new_or_kept_the_new_first() -> None:
+    """A line the other side synced at too is no cause of the change: it is said to be kept."""
+    from pytest_hpml.verdict.judge import explain
+
+    dense = "aten::_local_scalar_dense"
+    before = {"by": {"item": 1}, "sites": {dense: {"steps.py:9": 1}}}
+    after = {"by": {"item": 2}, "sites": {dense: {"steps.py:9": 1, "steps.py:14": 1}}}
+    assert explain(after, before) == (
+        f"item: 1 -> 2 per call; where: {dense} at steps.py:14 (new), {dense} at steps.py:9 (kept)"
+    )
+    first = {"by": {"item": 1}, "sites": {dense: {"steps.py:14": 1}}}
+    assert explain(first, {}, none_before=True).endswith("at steps.py:14 (new)")
+    # where the other side's lines were not kept, none is said to be new
+    assert explain(first, {}).endswith(f"{dense} at steps.py:14")

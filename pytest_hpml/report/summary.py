@@ -184,9 +184,8 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
             if verdicts.against is not None
             else judge.rule(verdicts.process_count)
         )
-        reporter.write_line(
-            f"hpml: {what}; pytest-benchmark's own table shows this process's rounds only"
-        )
+        own = "" if verdicts.against is not None else OWN_TABLE
+        reporter.write_line(f"hpml: {what}{own}")
     cited = text.citations(results)
     if cited:
         reporter.write_line("hpml: published figures beside ours:")
@@ -222,6 +221,17 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
     for error in verdicts.errors:
         reporter.write_line(f"hpml: ERROR {error}", red=True)
     _unreached(reporter, verdicts)
+    if against is not None and _compat.hide_benchmark_table(verdicts.config):
+        reporter.write_line(f"hpml: {HIDDEN_TABLE}")
+
+
+# pytest-benchmark's table beside the verdicts: under --hpml-against it would show the one round
+# this process took, which contradicts the pairs' values (only they are judged).
+OWN_TABLE = "; pytest-benchmark's own table shows this process's rounds only"
+HIDDEN_TABLE = (
+    "pytest-benchmark's own table is left out: it would show this process's one round, "
+    "not the pairs' measurements that were judged"
+)
 
 
 def _unreached(reporter: Any, verdicts: Verdicts) -> None:

@@ -197,7 +197,8 @@ def judge_count(
         higher_is_worse=metrics.higher_is_worse(record),
     )
     if result.verdict in (stats.REGRESSED, stats.IMPROVED) and base and record.get("detail"):
-        why = explain(record["detail"], base.get("detail") or {})
+        stored = base.get("detail") or {}
+        why = explain(record["detail"], stored, none_before=base.get("value") == 0)
         return dataclasses.replace(result, reason=why) if why else result
     return result
 
@@ -206,9 +207,12 @@ OTHERS = metrics.Instructions.OTHERS  # an instruction profile's functions outsi
 EXPLAINED = 5  # operators (or kinds) named in a changed count's reason, the largest changes
 
 
-def explain(current: Mapping[str, Any], stored: Mapping[str, Any]) -> str:
+def explain(
+    current: Mapping[str, Any], stored: Mapping[str, Any], none_before: bool = False
+) -> str:
     """What changed between two work counters' details: the counts per operator (or per kind)
-    that moved most, then the source lines of this run's syncs, copies or host tensors."""
+    that moved most, then the source lines of this run's syncs, copies or host tensors;
+    ``none_before`` where the stored count was 0, so that it had no lines."""
     key = "ops" if "ops" in current or "ops" in stored else "by"
     now, then = current.get(key) or {}, stored.get(key) or {}
     named = {*now, *then} - {OTHERS}  # the rest of an instruction profile, ranked last
@@ -221,28 +225,23 @@ def explain(current: Mapping[str, Any], stored: Mapping[str, Any]) -> str:
         parts = [*parts[:EXPLAINED], f"{len(parts) - EXPLAINED} more"]
     if now.get(OTHERS, 0) != then.get(OTHERS, 0):
         parts.append(f"{OTHERS}: {then.get(OTHERS, 0):,} -> {now.get(OTHERS, 0):,} per call")
-    sites = _sites(current, stored)
+    sites = _sites(current, stored, none_before)
     if sites:
         parts.append("where: " + ", ".join(sites[:EXPLAINED]))
     return "; ".join(parts)
 
 
-def _sites(current: Mapping[str, Any], stored: Mapping[str, Any]) -> list[str]:
-    """This run's syncs, copies or host tensors by line: where the other side's details were
-    kept, each marked new or kept, the new ones first (a line that was there before is no
-    cause of the change)."""
+def _sites(current: Mapping[str, Any], stored: Mapping[str, Any], none_before: bool) -> list[str]:
+    """This run's syncs, copies or host tensors by line: where the other side's lines are known
+    (a count of 0 had none), each marked new or kept, the new ones first."""
     before = stored.get("sites") or {}
-    known = bool(stored.get("ops") or stored.get("by"))  # details kept: no sites means none
-    found = [
-        (known and line in before.get(name, ()), f"{name} at {line}")
-        for name, lines in (current.get("sites") or {}).items()
-        for line in lines
-    ]
-    if not known:
-        return [site for _, site in found]
-    return [
-        f"{site} ({'kept' if kept else 'new'})" for kept, site in sorted(found, key=lambda f: f[0])
-    ]
+    known = none_before or bool(stored.get("ops") or stored.get("by"))
+    found = sorted(  # new first, each kind in its order, the most frequent first
+        ((known and line in before.get(name, ()), f"{name} at {line}")
+         for name, lines in (current.get("sites") or {}).items() for line in lines),
+        key=lambda f: f[0],
+    )  # fmt: skip
+    return [f"{site} ({'kept' if kept else 'new'})" if known else site for kept, site in found]
 
 
 def _count(counts: Mapping[str, int], name: str) -> int:
