@@ -712,3 +712,24 @@ def test_a_metric_has_one_value_whoever_gives_it_first(project: Project) -> None
     assert "pytest_hpml/" not in result.stdout.str()
     # refused before its rounds: pytest-benchmark's table has no times of test_before
     assert not any(line.startswith("test_before ") for line in result.outlines)
+
+
+def test_quiet_prints_the_answer_and_the_failing_blocks_only(project: Project) -> None:
+    """-q, as pytest's own: the answer line and one block per benchmark that needs a reader."""
+    project.write_tests(
+        "import os\n\n\ndef test_work(benchmark):\n"
+        '    benchmark.record("n", int(os.environ.get("COUNT", "2")))\n'
+    )
+    project.run("--hpml-baseline=update")
+    project.monkeypatch.setenv("COUNT", "3")
+    loud, quiet = project.run(), project.run("-q")
+    assert quiet.ret == loud.ret == pytest.ExitCode.TESTS_FAILED
+    start = quiet.outlines.index(next(x for x in quiet.outlines if " hpml benchmarks " in x))
+    end = next(i for i, x in enumerate(quiet.outlines) if "1 benchmark regressed in " in x)
+    assert quiet.outlines[start + 1 : end] == [
+        "hpml: 1 of 1 benchmark regressed",
+        "hpml: REGRESSED test_inner.py::test_work",
+        quiet.outlines[start + 3],
+    ]
+    assert quiet.outlines[start + 3].startswith("  n: 2 -> 3")
+    assert "hpml: metrics: 1 regressed" in loud.outlines  # the table and counts, without -q

@@ -144,9 +144,11 @@ class Shown:
 
     def __init__(self, reporter: Any) -> None:
         self.reporter = reporter
+        self.warnings_only = False  # -q, once the blocks are out: what warns or fails only
 
     def write_line(self, line: str, **markup: bool) -> None:
-        self.reporter.write_line(text.visible(line), **markup)
+        if not self.warnings_only or markup.get("red") or markup.get("yellow"):
+            self.reporter.write_line(text.visible(line), **markup)
 
     def write_sep(self, sep: str, title: str | None = None, **markup: bool) -> None:
         shown = None if title is None else text.visible(title)
@@ -163,16 +165,18 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
     answer = text.answer(results if verdicts.judging else [], len(verdicts.errors))
     if verdicts.judging or verdicts.errors:
         reporter.write_line(f"hpml: {answer}", **{colour: True})
+    quiet = verdicts.config.get_verbosity() < 0  # -q: the answer, the blocks and the warnings
     block = _against(verdicts)
-    if block is not None:
+    if block is not None and not quiet:
         reporter.write_line(f"hpml: against: {text.sides(block)}")
         reporter.write_line(f"hpml: {text.differs(block)}")
-    else:
+    elif not quiet:
         reporter.write_line(f"hpml: baselines: {verdicts.directory} ({verdicts.duty.baseline})")
     for heading, lines, colour in text.blocks(results) if verdicts.judging else ():
         reporter.write_line(f"hpml: {heading}", **{colour: True})
         for line in lines:
             reporter.write_line(line)
+    reporter.warnings_only = quiet
     fold = verdicts.config.get_verbosity() < 1
     for line in text.table(results, fold=fold) if results else ():
         reporter.write_line(line)
