@@ -521,7 +521,7 @@ def test_markdown_report_has_the_verdict_table(project: Project) -> None:
     project.write_tests(count_tests(1))
     project.run("--hpml-report-md=summary.md").assert_outcomes(passed=1)
     lines = (project.path / "summary.md").read_text().splitlines()
-    assert lines[0] == "### pytest-hpml benchmarks: pass: no regression in 1 metric"
+    assert lines[0] == "### pytest-hpml benchmarks: pass: no regression in 1 benchmark"
     assert (
         "| test | metric | baseline | current | raw change | change | confidence | verdict "
         "| reason |" in lines

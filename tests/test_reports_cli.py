@@ -194,7 +194,7 @@ def test_html_report_header_has_machine_commit_and_counts(
     rendered: tuple[dict[str, Any], str],
 ) -> None:
     document, page = rendered
-    assert "pytest-hpml benchmarks: 2 regression(s)" in page
+    assert "pytest-hpml benchmarks: fail: 1 of 5 benchmarks regressed; 1 inconclusive" in page
     assert html.escape(FINGERPRINT.label) in page
     assert FINGERPRINT.id in page
     assert "0123456789ab" in page
@@ -635,7 +635,7 @@ def test_console_script_and_extras_are_declared() -> None:
 def test_markdown_gives_the_answer_and_the_two_sides_first() -> None:
     document = against_document()
     lines = files.markdown(document).splitlines()
-    assert lines[0] == "### pytest-hpml benchmarks: fail: 1 of 1 metric regressed"
+    assert lines[0] == "### pytest-hpml benchmarks: fail: 1 of 1 benchmark regressed"
     against = document["against"]
     assert lines[2] == (
         f"Judged against: {files.md(text.sides(against))}; {files.md(text.differs(against))}."
@@ -643,7 +643,9 @@ def test_markdown_gives_the_answer_and_the_two_sides_first() -> None:
     assert lines[4] == f"Machine: ci ({FINGERPRINT.id}); verdicts: 1 regressed."
     assert "<details>" not in "\n".join(lines)  # one short table, open
     stored = files.markdown(make_document(Path("baselines"))).splitlines()
-    assert stored[0] == "### pytest-hpml benchmarks: fail: 2 of 7 metrics regressed"
+    assert stored[0] == (
+        "### pytest-hpml benchmarks: fail: 1 of 5 benchmarks regressed; 1 inconclusive, 1 improved"
+    )
     assert stored[2] == "Judged against: the stored baselines in baselines, commit 0123456789ab."
 
 
@@ -671,7 +673,7 @@ def test_markdown_of_a_suite_collapses_its_tables_and_fits_a_comment(
     summary = out.read_text()
     assert len(summary) < files.COMMENT_LIMIT
     lines = summary.splitlines()
-    assert lines[0] == "### pytest-hpml benchmarks: fail: 200 of 2,000 metrics regressed"
+    assert lines[0] == "### pytest-hpml benchmarks: fail: 200 of 2,000 benchmarks regressed"
     # the regressions first, collapsed (200 rows), then every verdict, collapsed and cut
     opened = [line for line in lines if line.startswith("<details>")]
     assert opened == [
@@ -807,7 +809,8 @@ def test_the_html_report_escapes_every_value_and_counts_verdicts_itself(stored: 
     assert "<script>" not in page
     assert "<img src=x" not in page
     # the crafted "counts" cannot change the headline: the results hold regressions
-    assert "<h1>pytest-hpml benchmarks: 2 regression(s)</h1>" in page
+    headline = "fail: 1 of 5 benchmarks regressed; 1 inconclusive, 1 improved, 1 error"
+    assert f"<h1>pytest-hpml benchmarks: {headline}</h1>" in page
 
 
 def test_the_markdown_summary_lets_no_name_out_of_its_cell(stored: Path) -> None:

@@ -24,6 +24,7 @@ from .text import (
     citations,
     counts,
     differs,
+    headline,
     legend,
     rows,
     sides,
@@ -283,11 +284,12 @@ def _cut_line(full_report: str | Path | None) -> str:
 
 def _answer(document: dict[str, Any]) -> list[str]:
     """The heading (pass or fail, how many regressed), what was judged against what, where."""
-    found, errors = counts(results_of(document)), document.get("errors") or ()
+    results = results_of(document)
+    found = counts(results)
     fingerprint = document["fingerprint"]
     verdicts = ", ".join(f"{n:,} {md(v)}" for v, n in found.items()) or "no metrics"
     return [
-        f"{MARKDOWN_HEADING}{_verdict(document, found, len(errors))}",
+        f"{MARKDOWN_HEADING}{headline(document, results)}",
         "",
         f"{_judged(document)}.",
         "",
@@ -312,26 +314,6 @@ def _merged(document: dict[str, Any]) -> str:
             else "."
         )
     )
-
-
-def _verdict(document: dict[str, Any], found: dict[str, int], errors: int) -> str:
-    """'fail: 2 of 14 metrics regressed', as the run's exit status has it: a regression fails
-    a judging run, an error any run."""
-    metrics, regressed = sum(found.values()), found.get(stats.REGRESSED, 0)
-    judging = document.get("baseline_mode") == "compare" or bool(document.get("against"))
-    if regressed and judging:
-        said = f"{regressed} of {_plural(metrics, 'metric')} regressed"
-    elif judging:
-        said = f"no regression in {_plural(metrics, 'metric')}"
-    else:
-        said = f"{_plural(metrics, 'metric')} {_not_judged(document)}, not judged"
-    failed = errors or (regressed and judging)
-    said += f", {_plural(errors, 'error')}" if errors else ""
-    return f"{'fail' if failed else 'pass'}: {said}"
-
-
-def _not_judged(document: dict[str, Any]) -> str:
-    return "recorded" if document.get("baseline_mode") in ("update", "append") else "measured"
 
 
 def _plural(n: int, word: str) -> str:

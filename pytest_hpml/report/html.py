@@ -108,7 +108,7 @@ def render(document: dict[str, Any], baselines: Baselines | None = None) -> str:
         _changes(figures, results),
         _samples(figures, results, baselines or {}, bool(document.get("against"))),
     ]
-    title = escape(reports.headline(reports.counts(results)))
+    title = escape(reports.headline(document, results))
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"{reports.HTML_TITLE}{title}</title><style>{STYLE}</style></head>\n<body>\n"
@@ -121,7 +121,7 @@ def summary(document: dict[str, Any], extra: str = "") -> str:
     """A page of the report without its plots: the header and the verdict table (a run's page
     in a history site), ``extra`` HTML after them. Needs no matplotlib."""
     results = results_of(document)
-    title = escape(reports.headline(reports.counts(results)))
+    title = escape(reports.headline(document, results))
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"{reports.HTML_TITLE}{title}</title><style>{STYLE}</style></head>\n<body>\n"
@@ -199,7 +199,7 @@ def _header(document: dict[str, Any]) -> str:
     )
     errors = "".join(f"<li>{escape(str(e))}</li>" for e in document.get("errors") or ())
     return (
-        f"<h1>pytest-hpml benchmarks: {escape(reports.headline(found))}</h1>\n"
+        f"<h1>pytest-hpml benchmarks: {escape(reports.headline(document, results))}</h1>\n"
         f"<p>{badges or 'no metrics'}</p>\n<dl>"
         + "".join(f"<dt>{k}</dt><dd>{escape(str(v))}</dd>" for k, v in facts.items())
         + "</dl>"

@@ -4,7 +4,7 @@ Shared by the terminal summary, the Markdown and HTML reports and the command li
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..bench.metrics import is_work_counter
@@ -188,11 +188,11 @@ def answer(results: Sequence[Result], errors: int = 0) -> str:
     if not total:
         said = "no benchmark measured"
     elif regressed:
-        said = f"{regressed} of {_benchmarks(total)} regressed"
+        said = f"{regressed:,} of {_benchmarks(total)} regressed"
     else:
         said = f"no regression in {_benchmarks(total)}"
     more = [
-        f"{n} {verdict}"
+        f"{n:,} {verdict}"
         for verdict in (stats.CHANGED, stats.ACCEPTED, stats.INCONCLUSIVE, stats.IMPROVED)
         for n in [_with(results, verdict, worst=True)]
         if n
@@ -203,7 +203,7 @@ def answer(results: Sequence[Result], errors: int = 0) -> str:
 
 
 def _benchmarks(count: int) -> str:
-    return f"{count} benchmark{'' if count == 1 else 's'}"
+    return f"{count:,} benchmark{'' if count == 1 else 's'}"
 
 
 # A benchmark's verdicts by how much they ask of a reader: it is counted, and its block headed,
@@ -276,10 +276,20 @@ def _cause(reason: str, counter: bool) -> str:
     return "; ".join(kept)
 
 
-def headline(found: dict[str, int]) -> str:
-    """'2 regression(s)' or 'no regression', from :func:`counts`."""
-    bad = found.get(stats.REGRESSED, 0)
-    return f"{bad} regression(s)" if bad else "no regression"
+def headline(document: Mapping[str, Any], results: Sequence[Result]) -> str:
+    """A report's answer, as the run's exit status has it: 'fail: 2 of 14 benchmarks regressed'
+    (:func:`answer`) where it judged; else how many metrics it recorded or measured."""
+    errors = len(document.get("errors") or ())
+    judging = document.get("baseline_mode") == "compare" or bool(document.get("against"))
+    if judging:
+        failed = errors or any(worst_verdict(r) == stats.REGRESSED for r in results)
+        return f"{'fail' if failed else 'pass'}: {answer(results, errors)}"
+    metrics = sum(len(r.verdicts) for r in results)
+    done = "recorded" if document.get("baseline_mode") in ("update", "append") else "measured"
+    said = f"{metrics:,} metric{'' if metrics == 1 else 's'} {done}, not judged"
+    return f"{'fail' if errors else 'pass'}: {said}" + (
+        f", {errors} error{'s' if errors > 1 else ''}" if errors else ""
+    )
 
 
 def against_block(against: Any) -> dict[str, Any]:
