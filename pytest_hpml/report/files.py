@@ -22,6 +22,7 @@ from .text import (
     HTML_TITLE,
     MARKDOWN_HEADING,
     citations,
+    counted,
     counts,
     differs,
     headline,
@@ -306,18 +307,14 @@ def _merged(document: dict[str, Any]) -> str:
     tested = (document.get("control") or {}).get("tested", 0)
     machines = list(dict.fromkeys(f"{s.get('machine')} ({s.get('machine_id')})" for s in shards))
     return (
-        f" Merged from {_plural(len(shards), 'report')} of one run's shards, their "
-        f"{_plural(tested, 'tested metric')} judged together (Note \\[Sharded runs\\])"
+        f" Merged from {counted(len(shards), 'report')} of one run's shards, their "
+        f"{counted(tested, 'tested metric')} judged together (Note \\[Sharded runs\\])"
         + (
             f"; the shards ran on {', '.join(md(m) for m in machines)}."
             if len(machines) > 1
             else "."
         )
     )
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 def _judged(document: dict[str, Any]) -> str:

@@ -27,9 +27,7 @@ def last_line(verdicts: Verdicts) -> dict[str, list[pytest.TestReport]]:
     """What fails the session, as pytest's last line counts it: one failed report per
     benchmark that regressed (not per metric), which other plugins reading pytest's tallies
     can take for what it is; and the errors."""
-    regressed = [
-        r for r in verdicts.results if verdicts.judging and text.worst_verdict(r) == stats.REGRESSED
-    ]
+    regressed = text.regressions(verdicts.results) if verdicts.judging else []
     errors = verdicts.errors
     return {
         "benchmark regressed" if len(regressed) == 1 else "benchmarks regressed": [
@@ -160,8 +158,7 @@ def terminal(reporter: Any, verdicts: Verdicts) -> None:
     reporter = Shown(reporter)  # the one way out to the terminal: the helpers below get it
     results = verdicts.results
     reporter.write_sep("=", "hpml benchmarks")
-    failing = verdicts.judging and any(text.worst_verdict(r) == stats.REGRESSED for r in results)
-    colour = "red" if failing or verdicts.errors else "green"
+    colour = "red" if verdicts.failing else "green"
     answer = text.answer(results if verdicts.judging else [], len(verdicts.errors))
     if verdicts.judging or verdicts.errors:
         reporter.write_line(f"hpml: {answer}", **{colour: True})

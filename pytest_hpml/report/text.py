@@ -183,27 +183,33 @@ def counts(results: Sequence[Result]) -> dict[str, int]:
 def answer(results: Sequence[Result], errors: int = 0) -> str:
     """The summary's first line: how many benchmarks regressed, or that none of them did, then
     how many more need a reader (changed, accepted, inconclusive) and the errors."""
-    regressed = _with(results, stats.REGRESSED)
-    total = len(results)
-    if not total:
+    regressed = len(regressions(results))
+    total = counted(len(results), "benchmark")
+    if not results:
         said = "no benchmark measured"
     elif regressed:
-        said = f"{regressed:,} of {_benchmarks(total)} regressed"
+        said = f"{regressed:,} of {total} regressed"
     else:
-        said = f"no regression in {_benchmarks(total)}"
+        said = f"no regression in {total}"
     more = [
         f"{n:,} {verdict}"
         for verdict in (stats.CHANGED, stats.ACCEPTED, stats.INCONCLUSIVE, stats.IMPROVED)
-        for n in [_with(results, verdict, worst=True)]
+        for n in [_worst(results, verdict)]
         if n
     ]
     if errors:
-        more.append(f"{errors} error{'s' if errors > 1 else ''}")
+        more.append(counted(errors, "error"))
     return "; ".join([said, ", ".join(more)] if more else [said])
 
 
-def _benchmarks(count: int) -> str:
-    return f"{count:,} benchmark{'' if count == 1 else 's'}"
+def counted(n: int, word: str) -> str:
+    """``n`` and ``word``, in the plural unless one: '2,000 benchmarks'."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def regressions(results: Sequence[Result]) -> list[Result]:
+    """The benchmarks with a metric that regressed."""
+    return [r for r in results if has(r, stats.REGRESSED)]
 
 
 # A benchmark's verdicts by how much they ask of a reader: it is counted, and its block headed,
@@ -217,18 +223,13 @@ WORST_FIRST = (
 )
 
 
-def _with(results: Sequence[Result], verdict: str, worst: bool = False) -> int:
-    """How many benchmarks have ``verdict``; with ``worst``, as their worst verdict."""
-    return sum(worst_verdict(r) == verdict if worst else has(r, verdict) for r in results)
+def _worst(results: Sequence[Result], verdict: str) -> int:
+    """How many benchmarks have ``verdict`` as their worst: the first of :data:`WORST_FIRST`."""
+    return sum(next((v for v in WORST_FIRST if has(r, v)), None) == verdict for r in results)
 
 
 def has(result: Result, verdict: str) -> bool:
     return any(v.verdict == verdict for v in result.verdicts.values())
-
-
-def worst_verdict(result: Result) -> str | None:
-    """The first of :data:`WORST_FIRST` that ``result`` has; None where it has none."""
-    return next((v for v in WORST_FIRST if has(result, v)), None)
 
 
 # The verdicts a benchmark's block spells out, with how the block is headed and coloured: a
@@ -244,13 +245,13 @@ def blocks(results: Sequence[Result]) -> list[tuple[str, list[str], str]]:
     """One block per benchmark with a verdict :data:`SPELLED_OUT`: its heading line, one line
     per such metric (the counters, which name the cause, before the times), and its colour."""
     out = []
+    rank = list(SPELLED_OUT)
     for result in results:
         shown = [(n, v) for n, v in result.verdicts.items() if v.verdict in SPELLED_OUT]
         if not shown:
             continue
         worst = next(v for v in SPELLED_OUT if any(c.verdict == v for _, c in shown))
         label, colour = SPELLED_OUT[worst]
-        rank = list(SPELLED_OUT)
         shown.sort(key=lambda f: (rank.index(f[1].verdict), not is_work_counter(f[0]), f[0]))
         lines = []
         for name, verdict in shown:
@@ -282,14 +283,12 @@ def headline(document: Mapping[str, Any], results: Sequence[Result]) -> str:
     errors = len(document.get("errors") or ())
     judging = document.get("baseline_mode") == "compare" or bool(document.get("against"))
     if judging:
-        failed = errors or any(worst_verdict(r) == stats.REGRESSED for r in results)
+        failed = errors or regressions(results)
         return f"{'fail' if failed else 'pass'}: {answer(results, errors)}"
-    metrics = sum(len(r.verdicts) for r in results)
+    metrics = counted(sum(len(r.verdicts) for r in results), "metric")
     done = "recorded" if document.get("baseline_mode") in ("update", "append") else "measured"
-    said = f"{metrics:,} metric{'' if metrics == 1 else 's'} {done}, not judged"
-    return f"{'fail' if errors else 'pass'}: {said}" + (
-        f", {errors} error{'s' if errors > 1 else ''}" if errors else ""
-    )
+    said = f"{metrics} {done}, not judged" + (f", {counted(errors, 'error')}" if errors else "")
+    return f"{'fail' if errors else 'pass'}: {said}"
 
 
 def against_block(against: Any) -> dict[str, Any]:

@@ -459,9 +459,6 @@ class Verdicts:
             return None
         return stored.other_machines(self.directory, self.fingerprint, self.results)
 
-    def unit(self, test: str, name: str) -> str:
-        return str(next(r.metrics[name]["unit"] for r in self.results if r.test == test))
-
 
 VERDICTS_KEY = pytest.StashKey[Verdicts]()
 
